@@ -1,0 +1,3 @@
+from gpuperf.cli import main
+
+raise SystemExit(main())

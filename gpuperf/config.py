@@ -1,0 +1,265 @@
+"""gpuperf configuration: one TOML file, validated against a declared schema.
+
+Every section and key gpuperf understands is declared in ``SCHEMA``; an unknown key or a
+value of the wrong type is a ``ConfigError`` naming the key and, where it can be found, the
+line. Sections own their keys: each feature adds keys to its own section only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable
+
+DEFAULT_PATH = "/etc/gpuperf/config.toml"
+ENV_VAR = "GPUPERF_CONFIG"
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; ``key`` and ``line`` say where."""
+
+    def __init__(self, path: str, key: str | None, message: str, line: int | None = None):
+        self.path, self.key, self.line, self.message = path, key, line, message
+        where = f"{path}"
+        if line:
+            where += f":{line}"
+        what = f" key '{key}'" if key else ""
+        super().__init__(f"config error in {where}:{what} {message}")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key: its Python type, default, a help line and an optional validator."""
+
+    type: type | tuple[type, ...]
+    default: Any
+    help: str = ""
+    choices: tuple[Any, ...] | None = None
+    # validate(value) -> None, raises ValueError with a message naming what is wrong
+    validate: Callable[[Any], None] | None = None
+    item_type: type | tuple[type, ...] | None = None  # for lists
+
+
+def _positive(v: float) -> None:
+    if v <= 0:
+        raise ValueError("must be > 0")
+
+
+def _share(v: float) -> None:
+    if not 0 <= v <= 1:
+        raise ValueError("must be between 0 and 1")
+
+
+# The schema. Sections: general (shared), checks, daemon, env, affinity, report, controller.
+SCHEMA: dict[str, dict[str, Key]] = {
+    "general": {
+        "run_dir": Key(str, "/run/gpuperf", "per-job state of running jobs (tmpfs)"),
+        "state_dir": Key(str, "/var/lib/gpuperf", "durable state (SQLite stores)"),
+        "log_file": Key(str, "/var/log/gpuperf/gpuperf.log", "log file; empty string: stderr only"),
+        "log_level": Key(str, "info", "", choices=("debug", "info", "warning", "error")),
+        "slurm_bin_dir": Key(str, "/usr/bin", "where scontrol, sacct, sacctmgr live (hooks get no PATH)"),
+        "node_root": Key(str, "", "read a recorded node (DIR/sys, DIR/gpus.json) instead of the live one"),
+        "admin_users": Key(list, ["root"], "users who may read every job and act as admins", item_type=str),
+        "slurm_user": Key(str, "slurm", "SlurmUser: may register and finalise jobs like root"),
+    },
+    "checks": {
+        "disabled": Key(list, [], "check codes never run", item_type=str),
+        "fail": Key(list, [], "check codes whose warnings become failures", item_type=str),
+        "drain": Key(bool, True, "drain the node when a check fails"),
+        "max_drained_share": Key(float, 0.10, "never drain while this share of nodes is drained by gpuperf", validate=_share),
+        "timeout_s": Key(float, 5.0, "a check running longer is an error", validate=_positive),
+        "expected_gpus": Key(int, 0, "GPUs the node must show; 0: what Slurm allocated/configured"),
+        "driver_version": Key(str, "", "expected driver version; empty: not checked"),
+        "xid_window_s": Key(float, 7200.0, "XIDs older than this are ignored", validate=_positive),
+        "ib_min_rate_gbps": Key(float, 0.0, "IB/RoCE ports below this rate fail; 0: their max"),
+    },
+    "daemon": {
+        "backend": Key(str, "auto", "sampler: auto, nvml, dcgm or replay:FILE"),
+        "interval_s": Key(float, 1.0, "sampling interval", validate=_positive),
+        "socket_dir": Key(str, "/run/gpuperf/daemon", "directory of the control socket (root only)"),
+        "metrics_port": Key(int, 9402, "Prometheus /metrics port; 0 disables"),
+        "metrics_address": Key(str, "0.0.0.0", "address /metrics binds"),
+        "pub_port": Key(int, 0, "TCP port of the PUB stream; 0: IPC socket in socket_dir only"),
+        "store": Key(str, "", "SQLite store; empty: <state_dir>/daemon.sqlite"),
+        "replay_speed": Key(float, 1.0, "replay backend speed-up", validate=_positive),
+        "request_timeout_s": Key(float, 2.0, "hooks wait this long for the daemon", validate=_positive),
+    },
+    "env": {
+        "enabled": Key(bool, True, "inject environment in the TaskProlog"),
+        "notice": Key(bool, False, "print a one-line notice in the job's output"),
+        "rules": Key(list, [], "admin policy rules ([[env.rules]] tables)", item_type=dict),
+    },
+    "affinity": {
+        "enabled": Key(bool, True, "pin tasks next to their GPUs"),
+        "mem_policy": Key(str, "bind", "", choices=("bind", "prefer", "none")),
+        "hyperthreads": Key(bool, True, "use SMT siblings after whole cores"),
+        "warn_in_job": Key(bool, False, "print affinity warnings in the job's output"),
+    },
+    "report": {
+        "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),
+        "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults"),
+    },
+    "controller": {
+        "address": Key(str, "", "host:port of the controller's collector; empty: SlurmctldHost"),
+        "port": Key(int, 9403, "port the controller's collector listens on"),
+        "store": Key(str, "", "controller SQLite store; empty: <state_dir>/cluster.sqlite"),
+        "merge_wait_s": Key(float, 30.0, "how long the slurmctld epilog waits for late nodes", validate=_positive),
+    },
+}
+
+
+@dataclass
+class Config:
+    """Validated configuration: ``cfg.section.key`` attribute access; ``source`` says where it came from."""
+
+    data: dict[str, dict[str, Any]]
+    source: str = "<defaults>"
+    # set when the file was broken and defaults are used: destructive actions (drain) stay off
+    degraded: bool = False
+    error: str | None = None
+    _ns: dict[str, SimpleNamespace] = field(default_factory=dict, repr=False)
+
+    def __getattr__(self, name: str) -> SimpleNamespace:
+        data = self.__dict__.get("data")
+        if data is None or name not in data:
+            raise AttributeError(name)
+        ns = self.__dict__["_ns"]
+        if name not in ns:
+            ns[name] = SimpleNamespace(**data[name])
+        return ns[name]
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The configuration as plain data."""
+        return {s: dict(v) for s, v in self.data.items()}
+
+
+def defaults() -> Config:
+    """A configuration of defaults only."""
+    return Config({s: {k: _copy(key.default) for k, key in keys.items()} for s, keys in SCHEMA.items()})
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, list):
+        return list(v)
+    if isinstance(v, dict):
+        return dict(v)
+    return v
+
+
+def config_path(path: str | None = None) -> str:
+    """The config file to read: the argument, ``$GPUPERF_CONFIG``, or the default path."""
+    return path or os.environ.get(ENV_VAR) or DEFAULT_PATH
+
+
+def _line_of(text: str, section: str | None, key: str) -> int | None:
+    """Best effort: the line where ``key`` is assigned (inside ``[section]`` when given)."""
+    in_section = section is None
+    pat = re.compile(rf"^\s*(\"{re.escape(key)}\"|'{re.escape(key)}'|{re.escape(key)})\s*=")
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            name = stripped.strip("[]").strip()
+            in_section = section is None or name == section or name.startswith(section + ".")
+            if section is not None and name == section and key == "":
+                return n
+            continue
+        if in_section and pat.match(line):
+            return n
+    return None
+
+
+def _section_line(text: str, section: str) -> int | None:
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s.startswith("[") and s.strip("[]").strip() == section:
+            return n
+    return None
+
+
+def parse(text: str, path: str = "<string>") -> Config:
+    """Parse and validate TOML text; raises ConfigError naming the key and line."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        raise ConfigError(path, None, f"not valid TOML: {e}", int(m.group(1)) if m else None) from None
+    cfg = defaults()
+    for section, values in raw.items():
+        if section not in SCHEMA:
+            raise ConfigError(path, section, f"unknown section (known: {', '.join(SCHEMA)})", _section_line(text, section))
+        if not isinstance(values, dict):
+            raise ConfigError(path, section, "must be a table", _line_of(text, None, section))
+        for key, value in values.items():
+            full = f"{section}.{key}"
+            line = _line_of(text, section, key)
+            spec = SCHEMA[section].get(key)
+            if spec is None:
+                raise ConfigError(path, full, f"unknown key (known in [{section}]: {', '.join(SCHEMA[section])})", line)
+            cfg.data[section][key] = _check(path, full, spec, value, line)
+    cfg.source = path
+    return cfg
+
+
+def _check(path: str, full: str, spec: Key, value: Any, line: int | None) -> Any:
+    want = spec.type
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, bool) and want is not bool:
+        raise ConfigError(path, full, f"must be {_tname(want)}, not a boolean", line)
+    if not isinstance(value, want):
+        raise ConfigError(path, full, f"must be {_tname(want)}, got {type(value).__name__} {value!r}", line)
+    if spec.item_type is not None and isinstance(value, list):
+        for i, item in enumerate(value):
+            if not isinstance(item, spec.item_type):
+                raise ConfigError(path, f"{full}[{i}]", f"must be {_tname(spec.item_type)}, got {item!r}", line)
+    if spec.choices is not None and value not in spec.choices:
+        raise ConfigError(path, full, f"must be one of {', '.join(map(str, spec.choices))}, got {value!r}", line)
+    if spec.validate is not None:
+        try:
+            spec.validate(value)
+        except ValueError as e:
+            raise ConfigError(path, full, str(e), line) from None
+    return value
+
+
+def _tname(t: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list", dict: "a table"}
+    if isinstance(t, tuple):
+        return " or ".join(names.get(x, x.__name__) for x in t)
+    return names.get(t, t.__name__)
+
+
+def load(path: str | None = None) -> Config:
+    """Load the config file; a missing file means defaults, a broken one raises ConfigError."""
+    p = config_path(path)
+    try:
+        with open(p, "rb") as f:
+            text = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        cfg = defaults()
+        cfg.source = f"{p} (absent: defaults)"
+        return _apply_env(cfg)
+    except OSError as e:
+        raise ConfigError(p, None, f"cannot read: {e.strerror}") from None
+    return _apply_env(parse(text, p))
+
+
+def load_or_defaults(path: str | None = None) -> Config:
+    """For hooks: the config, or defaults marked ``degraded`` with the error kept, never raising."""
+    try:
+        return load(path)
+    except ConfigError as e:
+        cfg = _apply_env(defaults())
+        cfg.degraded, cfg.error, cfg.source = True, str(e), e.path
+        return cfg
+
+
+def _apply_env(cfg: Config) -> Config:
+    # GPUPERF_SYSFS_ROOT points every reader at a recorded node (tests, demos)
+    root = os.environ.get("GPUPERF_SYSFS_ROOT")
+    if root:
+        cfg.data["general"]["node_root"] = root
+    return cfg

@@ -1,0 +1,1 @@
+"""The node daemon: GPU sampling, job attribution, aggregates, store, metrics."""

@@ -1,0 +1,104 @@
+"""What every Slurm hook does around its own steps: config, logging, job context, and never failing.
+
+A hook is a list of named steps, each ``step(ctx, cfg, state) -> None``. Steps live in the
+modules of the features they belong to and are named by import path, so the hook imports
+only what runs. A step that raises is logged and recorded; the next step still runs and
+the hook still exits 0 (gpuperf's own failure never fails a job), unless a step *decides*
+the job must not run (``HookVerdict``), as the prolog does on a failing health check.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gpuperf import config as config_mod
+from gpuperf import jobctx, jobstate, log
+
+
+class HookVerdict(Exception):
+    """Raised by a step that decided the hook must exit non-zero (for example: node unhealthy)."""
+
+    def __init__(self, exit_code: int, reason: str):
+        super().__init__(reason)
+        self.exit_code, self.reason = exit_code, reason
+
+
+@dataclass
+class HookState:
+    """What the steps of one hook run share and what is recorded for the job."""
+
+    started: float = field(default_factory=time.time)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Step = Callable[[jobctx.JobContext, config_mod.Config, HookState], None]
+
+
+def _resolve(spec: str) -> Step:
+    mod, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def run_hook(name: str, steps: list[tuple[str, str]], env: dict[str, str] | None = None, record: bool = True) -> int:
+    """Run a hook's steps; returns the process exit code (0 unless a step gave a verdict)."""
+    cfg = config_mod.load_or_defaults()
+    logger = log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=True)
+    ctx = jobctx.from_env(name, env)
+    state = HookState()
+    if cfg.degraded:
+        # one clear line naming the key; defaults are used and nothing destructive happens
+        logger.error("%s; running with defaults, node drain disabled", cfg.error)
+        state.data["config_error"] = cfg.error
+    exit_code = 0
+    for step_name, spec in steps:
+        t0 = time.perf_counter()
+        try:
+            _resolve(spec)(ctx, cfg, state)
+            state.steps[step_name] = {"ok": True}
+        except HookVerdict as v:
+            state.steps[step_name] = {"ok": True, "verdict": v.reason, "exit_code": v.exit_code}
+            exit_code = v.exit_code
+            logger.warning("job %s: %s", ctx.job_id, v.reason)
+            break
+        except Exception as e:  # noqa: BLE001 - a hook must survive any step's failure
+            state.steps[step_name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            logger.error("job %s: step %s failed: %s: %s", ctx.job_id, step_name, type(e).__name__, e)
+        state.steps[step_name]["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    if record and ctx.job_id is not None:
+        _record(ctx, cfg, state, logger)
+    return exit_code
+
+
+def _record(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookState, logger) -> None:
+    """Leave what this hook saw in the job's state dir (tests and the report read it)."""
+    suffix = f".{os.getpid()}" if ctx.hook == "taskprolog" else ""
+    path = jobstate.job_dir(cfg.general.run_dir, ctx.job_id) / f"{ctx.hook}{suffix}.json"
+    try:
+        jobstate.write_json(path, {"context": ctx.to_dict(), "steps": state.steps, "data": _jsonable(state.data),
+                                   "config": cfg.source, "started": state.started})
+    except OSError as e:
+        logger.warning("job %s: cannot record hook state in %s: %s", ctx.job_id, path, e.strerror)
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        out[k] = v.to_dict() if hasattr(v, "to_dict") else v
+    return out
+
+
+def main_guard(fn: Callable[[], int]) -> int:
+    """Last line of defence for hook entry points: anything escaping is logged and exit 0."""
+    try:
+        return fn()
+    except SystemExit as e:
+        return int(e.code or 0)
+    except BaseException as e:  # noqa: BLE001
+        print(f"gpuperf: internal error, job unaffected: {type(e).__name__}: {e}", file=sys.stderr)
+        return 0

@@ -1,0 +1,1 @@
+"""gpuperf.samplers"""

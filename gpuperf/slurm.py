@@ -1,0 +1,75 @@
+"""Everything that talks to Slurm (scontrol, sinfo, sacct, sacctmgr) in one place.
+
+Hooks get no PATH (FACTS.md), so binaries are called by absolute path from
+``general.slurm_bin_dir``. Functions raise ``SlurmError`` with the command's stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+
+class SlurmError(Exception):
+    """A Slurm command failed; the message holds its stderr."""
+
+
+@dataclass
+class Slurm:
+    """A handle on the Slurm CLI in ``bin_dir``."""
+
+    bin_dir: str = "/usr/bin"
+    timeout_s: float = 10.0
+
+    def run(self, tool: str, *args: str, timeout_s: float | None = None) -> str:
+        """Run one Slurm tool; stdout on success, SlurmError otherwise."""
+        exe = os.path.join(self.bin_dir, tool)
+        try:
+            p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s or self.timeout_s)
+        except FileNotFoundError:
+            raise SlurmError(f"{exe} not found") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"{tool} {' '.join(args)} timed out") from None
+        if p.returncode != 0:
+            raise SlurmError(f"{tool} {' '.join(args)}: {p.stderr.strip() or p.stdout.strip() or f'exit {p.returncode}'}")
+        return p.stdout
+
+    # nodes -------------------------------------------------------------------------------
+    def drain(self, node: str, reason: str) -> None:
+        """Drain a node with a reason an admin can act on."""
+        self.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
+
+    def resume(self, node: str) -> None:
+        """Return a drained node to service."""
+        self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+    def node_reasons(self) -> dict[str, tuple[str, str]]:
+        """Every node -> (state, reason) as sinfo reports them (reason '' when none)."""
+        out = self.run("sinfo", "-h", "-N", "-o", "%N|%T|%E")
+        nodes: dict[str, tuple[str, str]] = {}
+        for line in out.splitlines():
+            parts = line.split("|", 2)
+            if len(parts) == 3:
+                reason = parts[2].strip()
+                nodes[parts[0]] = (parts[1].strip(), "" if reason == "none" else reason)
+        return nodes
+
+    # jobs --------------------------------------------------------------------------------
+    def requeue_hold(self, job_id: int) -> None:
+        """Requeue a job and hold it, so it does not start again on a bad node."""
+        self.run("scontrol", "requeuehold", str(job_id))
+
+    def set_admin_comment_running(self, job_id: int, text: str) -> None:
+        """AdminComment of a job that is still running (scontrol refuses finished jobs)."""
+        self.run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text}")
+
+    def set_admin_comment_db(self, job_id: int, text: str) -> None:
+        """AdminComment in the accounting database, for finished jobs (22.05 lowercases it)."""
+        self.run("sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set", f"AdminComment={text}")
+
+    def admin_comment(self, job_id: int) -> str:
+        """The AdminComment sacct holds for a job ('' when none)."""
+        out = self.run("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "AdminComment%65535")
+        lines = [l for l in out.splitlines() if l.strip()]
+        return lines[0] if lines else ""

@@ -1,0 +1,1 @@
+"""Wrappers that act inside the job's tasks: gpuperf-run and the SPANK plugin's sources."""

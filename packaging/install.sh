@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install gpuperf into /opt/gpuperf/venv (Debian's python3, readable by job users) as root.
+#   bash packaging/install.sh          # runtime
+#   bash packaging/install.sh --test   # + test dependencies
+# Idempotent: a second run only updates the package.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+prefix=${GPUPERF_PREFIX:-/opt/gpuperf}
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+need=()
+for p in python3 python3-venv gcc libc6-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if [ ! -x "$prefix/venv/bin/python" ]; then
+  /usr/bin/python3 -m venv "$prefix/venv"
+fi
+# Editable when job users can read the checkout (dev machines), a copy otherwise (/root is 0700).
+mode=(); d=$here; readable=1
+while [ "$d" != "/" ]; do
+  perm=$(stat -c %A "$d"); [ "${perm:9:1}" = "x" ] || [ "${perm:9:1}" = "t" ] || readable=0
+  d=$(dirname "$d")
+done
+[ "$readable" = 1 ] && mode=(-e)
+"$prefix/venv/bin/pip" install -q --disable-pip-version-check "${mode[@]}" "$here$extras"
+chmod -R o+rX "$prefix"
+echo "gpuperf installed in $prefix/venv ($("$prefix/venv/bin/gpuperf" --version))"
