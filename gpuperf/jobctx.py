@@ -51,7 +51,8 @@ def _int(v: str | None) -> int | None:
     if v is None or v == "":
         return None
     try:
-        return int(v.split("(")[0])
+        # "256", "0:0" (derived exit code: status:signal), "4294967294(...)"
+        return int(v.split("(")[0].split(":")[0])
     except ValueError:
         return None
 
