@@ -75,18 +75,19 @@ def open_sampler(spec: str, cfg: Any = None) -> Sampler:
 
 
 def _cfg(cfg: Any) -> Any:
-    if cfg is None:
-        from gpuperf import config
-
-        return config.defaults()
+    # None stays None: backends fall back to their defaults, so the sampler path needs no config (tomllib)
     return cfg
+
+
+def _replay_speed(cfg: Any) -> float:
+    return float(cfg.daemon.replay_speed) if cfg is not None else 1.0
 
 
 def _register_builtin() -> None:
     from gpuperf.samplers import replay
 
     register("replay", lambda cfg: None,
-             lambda arg, cfg: replay.from_spec(arg, speed=float(cfg.daemon.replay_speed)))
+             lambda arg, cfg: replay.from_spec(arg, speed=_replay_speed(cfg)))
     import importlib
 
     for mod in ("nvml", "dcgm"):
