@@ -1,0 +1,1 @@
+"""A real Slurm test cluster on one machine (see README.md)."""

@@ -1,0 +1,650 @@
+"""A real Slurm cluster on this machine for gpuperf's integration tests (root, Debian bookworm).
+
+``SlurmCluster(name).up()`` installs what is missing, then starts munged (shared), a MariaDB,
+slurmdbd, slurmctld and one slurmd per node, all of the instance's own (directory
+``/tmp/gpuperf-slurm-<name>``, ports derived from the name), with gpuperf's hooks wired in.
+``down()`` stops only the daemons this instance started (pid files, checked against the
+process's environment). Several instances run side by side. See README.md.
+
+    python tests/cluster/slurmcluster.py up|down|status [NAME] [--nodes N] [--purge]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+try:
+    from . import slurmconf as sc
+except ImportError:  # run as a script: python tests/cluster/slurmcluster.py
+    import slurmconf as sc  # type: ignore[no-redef]
+
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server")
+TEST_USER = "gpuperf-user"
+SLURM_BIN = Path("/usr/bin")
+SBIN = Path("/usr/sbin")
+GLOBAL_LOCK = Path("/tmp/gpuperf-slurm-setup.lock")
+MARKER = "GPUPERF_TEST_CLUSTER_DIR"  # in every daemon's environment: whose it is
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+            "DEADLINE", "PREEMPTED", "REQUEUED")
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_NODE_ROOT = REPO / "tests" / "data" / "nodes" / "pcie-l40s-2s"
+
+
+class ClusterError(RuntimeError):
+    """The test cluster could not be set up or used; the message says which step."""
+
+
+def can_run() -> str | None:
+    """Why this machine cannot host the test cluster, or None when it can."""
+    if os.geteuid() != 0:
+        return "the Slurm test cluster needs root"
+    try:
+        osr = Path("/etc/os-release").read_text()
+    except OSError:
+        return "no /etc/os-release: not Debian"
+    if "ID=debian" not in osr:
+        return "the Slurm test cluster needs Debian (bookworm packages)"
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Serialise machine-wide setup (apt, useradd, munged) between instances starting together."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _sh(argv: Sequence[str], check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(map(str, argv)), capture_output=True, text=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise ClusterError(f"{' '.join(map(str, argv))} exited {p.returncode}: {(p.stderr or p.stdout).strip()[-2000:]}")
+    return p
+
+
+def ensure_packages() -> bool:
+    """Install the Debian packages that are missing; True when something was installed."""
+    with _locked(GLOBAL_LOCK):
+        missing = [p for p in PACKAGES if "install ok installed" not in
+                   _sh(["dpkg-query", "-W", "-f=${Status}", p], check=False).stdout]
+        if not missing:
+            return False
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        _sh(["apt-get", "update", "-q"], timeout=600, env=env)
+        _sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], timeout=900, env=env)
+        return True
+
+
+def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
+    """The non-root job user (uid >= 1000), created when missing."""
+    with _locked(GLOBAL_LOCK):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            _sh(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", "-K", "UID_MIN=1000", name])
+            return pwd.getpwnam(name)
+
+
+def ensure_munge() -> None:
+    """One munged for every instance (the key is the machine's); started when not answering."""
+    with _locked(GLOBAL_LOCK):
+        if _munge_ok():
+            return
+        run = Path("/run/munge")
+        run.mkdir(parents=True, exist_ok=True)
+        mu = pwd.getpwnam("munge")
+        os.chown(run, mu.pw_uid, mu.pw_gid)
+        run.chmod(0o755)
+        _sh(["runuser", "-u", "munge", "--", SBIN / "munged"])
+        _wait(_munge_ok, 10, "munged to answer")
+
+
+def _munge_ok() -> bool:
+    try:
+        enc = subprocess.run(["/usr/bin/munge", "-n"], capture_output=True, timeout=5)
+        if enc.returncode != 0:
+            return False
+        return subprocess.run(["/usr/bin/unmunge"], input=enc.stdout, capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _wait(pred, timeout: float, what: str, interval: float = 0.1) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(interval)
+    raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _owned(pid: int, marker: str) -> bool:
+    """The process is alive and was started by this instance (its environment carries the marker)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (OSError, IndexError):
+        return False
+    return f"{MARKER}={marker}".encode() in env
+
+
+class SlurmCluster:
+    """One named test-cluster instance; see README.md for the API."""
+
+    def __init__(self, name: str = "pytest", nodes: int = 1, gpus: int = 4, node_root: str | None = None,
+                 cpus: int = 16, extra_conf: str = ""):
+        if node_root is None:
+            node_root = str(DEFAULT_NODE_ROOT) if DEFAULT_NODE_ROOT.is_dir() else ""
+        self.layout = sc.make_layout(name, socket.gethostname().split(".")[0], nodes=nodes, gpus=gpus, cpus=cpus,
+                                     node_root=node_root, extra_conf=extra_conf)
+        self.name = name
+        self.dir = self.layout.dir
+        self.user = TEST_USER
+        self.timings: dict[str, float] = {}
+
+    @classmethod
+    def existing(cls, name: str) -> "SlurmCluster":
+        """The instance as it was last brought up (its instance.json), for down/status from the CLI."""
+        check = sc.check_name(name)
+        meta = sc.ROOT / f"gpuperf-slurm-{check}" / "instance.json"
+        try:
+            kw = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            kw = {}
+        return cls(name, **{k: kw[k] for k in ("nodes", "gpus", "node_root", "cpus", "extra_conf") if k in kw})
+
+    # ---- facts about the instance -------------------------------------------------------------
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.layout.nodes]
+
+    @property
+    def cluster_name(self) -> str:
+        return self.layout.cluster_name
+
+    @property
+    def run_dir(self) -> Path:
+        return self.layout.run_dir
+
+    @property
+    def gpuperf_config_path(self) -> Path:
+        return self.layout.gpuperf_conf
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a Slurm or gpuperf command needs to talk to this instance."""
+        return {"SLURM_CONF": str(self.layout.slurm_conf), "GPUPERF_CONFIG": str(self.layout.gpuperf_conf),
+                "PATH": "/opt/gpuperf/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+    def _daemon_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(self.env)
+        env[MARKER] = str(self.dir)
+        env["MYSQL_UNIX_PORT"] = str(self.layout.db_socket)
+        return env
+
+    def _pidfiles(self) -> dict[str, Path]:
+        p = self.layout.pid_dir
+        out = {"mariadbd": self.layout.db_run / "mariadbd.pid", "slurmdbd": p / "slurmdbd.pid",
+               "slurmctld": p / "slurmctld.pid"}
+        out.update({f"slurmd-{n}": p / f"slurmd-{n}.pid" for n in self.node_names})
+        return out
+
+    def daemons(self) -> dict[str, int | None]:
+        """Each daemon of this instance and its pid when running (None: not running)."""
+        out = {}
+        for name, pf in self._pidfiles().items():
+            pid = _read_pid(pf)
+            out[name] = pid if pid and _owned(pid, str(self.dir)) else None
+        return out
+
+    # ---- up -------------------------------------------------------------------------------------
+
+    def up(self, timeout: float = 60) -> dict[str, float]:
+        """Start every daemon not running yet and wait for idle nodes; returns seconds per phase."""
+        why = can_run()
+        if why:
+            raise ClusterError(why)
+        t = self.timings
+        t0 = time.monotonic()
+        t["install_s"] = _timed(ensure_packages)
+        ensure_user()
+        ensure_munge()
+        self._write_files()
+        self._network_up()
+        t["files_s"] = time.monotonic() - t0
+        running = self.daemons()
+        t1 = time.monotonic()
+        if not running["mariadbd"]:
+            self._start_mariadb()
+        if not running["slurmdbd"]:
+            self._start_slurmdbd()
+        self._ensure_accounts()
+        t["db_s"] = time.monotonic() - t1
+        t2 = time.monotonic()
+        if not running["slurmctld"]:
+            self._start(["slurmctld"], "slurmctld")
+        for n in self.layout.nodes:
+            if not running[f"slurmd-{n.name}"]:
+                argv = [str(SBIN / "slurmd"), "-N", n.name]
+                if n.netns:
+                    argv = ["/usr/bin/nsenter", f"--net=/run/netns/{n.netns}", *argv]
+                self._start(argv, f"slurmd-{n.name}")
+        _wait(self._ctld_up, timeout, "slurmctld to answer (log/slurmctld.log)")
+        self.resume_all()
+        _wait(self._nodes_idle, timeout, f"nodes {','.join(self.node_names)} idle (log/slurmd-*.log)", 0.2)
+        t["slurm_s"] = time.monotonic() - t2
+        t["up_s"] = time.monotonic() - t0
+        return dict(t)
+
+    def _write_files(self) -> None:
+        l = self.layout
+        for d, mode in ((l.dir, 0o755), (l.dir / "spool" / "ctld", 0o700), (l.log_dir, 0o755),
+                        (l.pid_dir, 0o755), (l.hook_dir, 0o755), (l.run_dir, 0o755), (l.state_dir, 0o755),
+                        (l.out_dir, 0o1777)):
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(mode)
+        for n in l.nodes:
+            n.spool.mkdir(parents=True, exist_ok=True)
+            n.devdir.mkdir(parents=True, exist_ok=True)
+            for i in range(l.gpus):
+                dev = n.devdir / f"nvidia{i}"
+                if not dev.is_char_device():
+                    dev.unlink(missing_ok=True)
+                    os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
+        _write(l.slurm_conf, sc.slurm_conf(l))
+        _write(l.dir / "gres.conf", sc.gres_conf(l))
+        _write(l.dir / "cgroup.conf", sc.cgroup_conf(l))
+        _write(l.dir / "slurmdbd.conf", sc.slurmdbd_conf(l), 0o600)
+        if not (l.dir / "plugstack.conf").exists():
+            _write(l.dir / "plugstack.conf", "# SPANK plugins of this test cluster\n")
+        for hook in sc.HOOKS:
+            _write(l.hook_dir / hook, sc.hook_script(l, hook), 0o755)
+        if not l.gpuperf_conf.exists():
+            self.reset_gpuperf_config()
+        log = l.log_dir / "gpuperf.log"
+        if not log.exists():
+            log.touch()
+        log.chmod(0o666)  # the TaskProlog logs as the job user
+        _write(l.dir / "instance.json", json.dumps({
+            "nodes": len(l.nodes), "gpus": l.gpus, "node_root": l.node_root, "cpus": l.cpus,
+            "extra_conf": l.extra_conf}))
+
+    def _start(self, argv: list[str], name: str) -> None:
+        """Start a daemon that forks and writes its pid file, and wait for that file."""
+        pf = self._pidfiles()[name]
+        pf.unlink(missing_ok=True)
+        if not argv[0].startswith("/"):
+            argv = [str(SBIN / argv[0]), *argv[1:]]
+        _sh(argv, env=self._daemon_env(), timeout=60)
+        _wait(lambda: (pid := _read_pid(pf)) is not None and _owned(pid, str(self.dir)), 20,
+              f"{name} to write {pf} (log/{name}.log)")
+
+    def _start_mariadb(self) -> None:
+        l = self.layout
+        my = pwd.getpwnam("mysql")
+        for d in (l.db_dir, l.db_run):
+            d.mkdir(parents=True, exist_ok=True)
+            os.chown(d, my.pw_uid, my.pw_gid)
+        if not (l.db_dir / "mysql").is_dir():
+            _sh(["/usr/bin/mariadb-install-db", "--no-defaults", f"--datadir={l.db_dir}", "--user=mysql",
+                 "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=120)
+        (l.db_run / "mariadbd.pid").unlink(missing_ok=True)
+        log = open(l.log_dir / "mariadb.log", "ab")
+        # setsid -f: the server outlives this process and is nobody's zombie
+        subprocess.run(["/usr/bin/setsid", "-f", str(SBIN / "mariadbd"), "--no-defaults", f"--datadir={l.db_dir}",
+                        f"--socket={l.db_socket}", f"--pid-file={l.db_run / 'mariadbd.pid'}", "--skip-networking",
+                        "--user=mysql", f"--log-error={l.log_dir / 'mariadb.log'}", "--innodb-buffer-pool-size=64M",
+                        "--performance-schema=OFF", "--skip-name-resolve"],
+                       stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self._daemon_env(), check=True)
+        log.close()
+        _wait(self._db_ok, 60, "MariaDB to answer on its socket (log/mariadb.log)", 0.2)
+
+    def _db_ok(self) -> bool:
+        p = subprocess.run(["/usr/bin/mariadb", f"--socket={self.layout.db_socket}", "-N", "-e", "select 1"],
+                           capture_output=True, text=True, timeout=10)
+        return p.returncode == 0
+
+    def _start_slurmdbd(self) -> None:
+        self._start(["slurmdbd"], "slurmdbd")
+        _wait(lambda: self.run("sacctmgr", "-n", "-P", "show", "cluster", timeout=10).returncode == 0, 30,
+              "slurmdbd to answer (log/slurmdbd.log)", 0.2)
+
+    def _ensure_accounts(self) -> None:
+        """The cluster, an account and the test user's association (AccountingStorageEnforce=associations)."""
+        cn = self.cluster_name
+        have = self.run("sacctmgr", "-n", "-P", "show", "assoc", "format=cluster,account,user", timeout=20).stdout
+        rows = {tuple(line.split("|")) for line in have.splitlines()}
+        if not any(r[0] == cn for r in rows):
+            self.run("sacctmgr", "-i", "add", "cluster", cn, check=True, timeout=20)
+        if (cn, "gpuperf", "") not in rows:
+            self.run("sacctmgr", "-i", "add", "account", "gpuperf", f"cluster={cn}", "description=tests",
+                     "organization=gpuperf", timeout=20)
+        for user in ("root", self.user):
+            if (cn, "gpuperf", user) not in rows:
+                self.run("sacctmgr", "-i", "add", "user", user, "account=gpuperf", f"cluster={cn}", timeout=20)
+
+    def _ctld_up(self) -> bool:
+        return "is UP" in self.run("scontrol", "ping", timeout=10).stdout
+
+    def _nodes_idle(self) -> bool:
+        states = self.node_states()
+        return len(states) == len(self.node_names) and all(s.rstrip("*~#") == "idle" for s in states.values())
+
+    # ---- network namespaces of a multi-node instance -----------------------------------------------
+
+    def _network_up(self) -> None:
+        l = self.layout
+        if not l.subnet:
+            return
+        if _sh(["ip", "link", "show", l.bridge], check=False).returncode != 0:
+            _sh(["ip", "link", "add", l.bridge, "type", "bridge"])
+            _sh(["ip", "addr", "add", f"{l.ctld_addr}/24", "dev", l.bridge])
+        _sh(["ip", "link", "set", l.bridge, "up"])
+        for i, n in enumerate(l.nodes, 1):
+            if not Path(f"/run/netns/{n.netns}").exists():
+                _sh(["ip", "netns", "add", n.netns])
+            host_if = f"{l.bridge.replace('gpbr', 'gpv')}{i}"
+            if _sh(["ip", "link", "show", host_if], check=False).returncode != 0:
+                _sh(["ip", "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", n.netns])
+                _sh(["ip", "-n", n.netns, "addr", "add", f"{n.addr}/24", "dev", "eth0"])
+            _sh(["ip", "link", "set", host_if, "master", l.bridge, "up"])
+            _sh(["ip", "-n", n.netns, "link", "set", "eth0", "up"])
+            _sh(["ip", "-n", n.netns, "link", "set", "lo", "up"])
+
+    def _network_down(self) -> None:
+        l = self.layout
+        if not l.subnet:
+            return
+        for n in l.nodes:
+            if Path(f"/run/netns/{n.netns}").exists():
+                _sh(["ip", "netns", "del", n.netns], check=False)  # takes its veth pair with it
+        _sh(["ip", "link", "del", l.bridge], check=False)
+
+    # ---- down ---------------------------------------------------------------------------------------
+
+    def down(self, purge: bool = False, timeout: float = 15) -> float:
+        """Cancel jobs and stop this instance's daemons (never anyone else's); returns seconds taken."""
+        t0 = time.monotonic()
+        running = self.daemons()
+        if running.get("slurmctld"):
+            jobs = self.run("squeue", "-h", "-o", "%A", timeout=10).stdout.split()
+            if jobs:
+                self.run("scancel", *jobs, timeout=10)
+        # slurmctld and slurmd first: slurmctld's last messages to slurmdbd can still land
+        first = [p for k, p in running.items() if p and (k == "slurmctld" or k.startswith("slurmd-"))]
+        _terminate(first, str(self.dir), timeout)
+        _terminate([p for k, p in running.items() if p and k in ("slurmdbd", "mariadbd")], str(self.dir), timeout)
+        self._network_down()
+        if purge and self.dir.is_dir():
+            _sh(["rm", "-rf", "--one-file-system", str(self.dir)], check=False)
+        self.timings["down_s"] = time.monotonic() - t0
+        return self.timings["down_s"]
+
+    # ---- using the cluster ----------------------------------------------------------------------------
+
+    def run(self, tool: str, *args: Any, user: str | None = None, check: bool = False, timeout: float = 60,
+            input: str | None = None, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+        """Run a Slurm CLI tool (or a gpuperf command) against this instance, optionally as ``user``."""
+        if tool.startswith("/"):
+            exe = tool
+        elif tool.startswith("gpuperf"):
+            exe = str(sc.VENV_BIN / tool)
+        else:
+            exe = str(SLURM_BIN / tool)
+        argv = [exe, *map(str, args)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env.update(self.env)
+        if user and user != "root":
+            argv = ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", *(f"{k}={v}" for k, v in self.env.items()),
+                    *argv]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, input=input,
+                           cwd=str(cwd) if cwd else None)
+        if check and p.returncode != 0:
+            raise ClusterError(f"{' '.join(argv)} exited {p.returncode}: {p.stderr.strip()}")
+        return p
+
+    def sbatch(self, script_text: str, *args: Any, user: str | None = None) -> int:
+        """Submit a batch script (text) with sbatch options; returns the job id. Output: out/slurm-<id>.out."""
+        if not script_text.startswith("#!"):
+            script_text = "#!/bin/sh\n" + script_text
+        p = self.run("sbatch", "--parsable", *args, user=user, input=script_text, cwd=self.layout.out_dir)
+        if p.returncode != 0:
+            raise ClusterError(f"sbatch {' '.join(map(str, args))} failed: {p.stderr.strip()}")
+        return int(p.stdout.strip().split(";")[0])
+
+    def job_info(self, job_id: int) -> dict[str, str]:
+        """``scontrol show job`` as a dict (empty once the controller forgot the job)."""
+        p = self.run("scontrol", "-o", "show", "job", job_id, timeout=10)
+        return _parse_kv(p.stdout) if p.returncode == 0 else {}
+
+    def job_state(self, job_id: int) -> str | None:
+        """The job's state from the controller, else from accounting; None when unknown."""
+        info = self.job_info(job_id)
+        if info:
+            state = info.get("JobState", "")
+            if state == "PENDING" and int(info.get("Restarts", "0") or 0) > 0:
+                return "REQUEUED"  # requeued (and held): it will not run again by itself
+            return state
+        return self.sacct(job_id, ("State",)).get("State", "").split(" ")[0] or None
+
+    def wait(self, job_id: int, states: Iterable[str] = TERMINAL, timeout: float = 60) -> str:
+        """Wait until the job is in one of ``states`` (COMPLETING is not COMPLETED); returns the state."""
+        want = set(states)
+        end = time.monotonic() + timeout
+        state = None
+        while time.monotonic() < end:
+            state = self.job_state(job_id)
+            if state in want:
+                return state
+            time.sleep(0.2)
+        raise ClusterError(f"job {job_id} still {state} after {timeout:.0f} s (wanted {sorted(want)})\n"
+                           f"{self.logs(lines=30)}")
+
+    def sacct(self, job_id: int, fields: Sequence[str] = ("JobID", "State", "ExitCode", "User")) -> dict[str, str]:
+        """The job's allocation line in accounting, ``{field: value}`` ({} when not there yet)."""
+        p = self.run("sacct", "-j", job_id, "-X", "-n", "-P", "-o", ",".join(fields), timeout=20)
+        lines = [x for x in p.stdout.splitlines() if x.strip()]
+        if p.returncode != 0 or not lines:
+            return {}
+        return dict(zip((f.split("%")[0] for f in fields), lines[-1].split("|")))
+
+    def wait_sacct(self, job_id: int, state: str = "COMPLETED", timeout: float = 20,
+                   fields: Sequence[str] = ("JobID", "State", "ExitCode", "User")) -> dict[str, str]:
+        """Wait until accounting shows the job in ``state`` (it lags the controller); returns the row."""
+        row: dict[str, str] = {}
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            row = self.sacct(job_id, tuple(dict.fromkeys(("State", *fields))))
+            if row.get("State", "").split(" ")[0] == state:
+                return row
+            time.sleep(0.3)
+        raise ClusterError(f"sacct never showed job {job_id} {state} in {timeout:.0f} s: {row}")
+
+    def job_output(self, job_id: int) -> str:
+        """The batch job's stdout (default output file in the instance's out/ dir)."""
+        try:
+            return (self.layout.out_dir / f"slurm-{job_id}.out").read_text()
+        except OSError:
+            return ""
+
+    def job_record(self, job_id: int, hook: str) -> dict | None:
+        """What gpuperf's hook ``hook`` recorded for the job (``<run_dir>/jobs/<id>/<hook>.json``)."""
+        try:
+            return json.loads((self.run_dir / "jobs" / str(job_id) / f"{hook}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def job_records(self, job_id: int) -> dict[str, dict]:
+        """Every hook record of the job by file stem (``prolog``, ``taskprolog.<pid>``, ...)."""
+        out = {}
+        for f in sorted((self.run_dir / "jobs" / str(job_id)).glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                out[f.stem] = json.loads(f.read_text())
+        return out
+
+    def wait_record(self, job_id: int, hook: str, timeout: float = 15) -> dict:
+        """Wait for a hook's record (EpilogSlurmctld finishes after the job shows COMPLETED)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            rec = self.job_record(job_id, hook)
+            if rec is not None:
+                return rec
+            time.sleep(0.2)
+        raise ClusterError(f"no {hook} record for job {job_id} after {timeout:.0f} s; gpuperf log:\n"
+                           f"{self.gpuperf_log()[-3000:]}")
+
+    def node_states(self) -> dict[str, str]:
+        """``{node: sinfo state}`` (idle, alloc, drain, down*, ...)."""
+        p = self.run("sinfo", "-h", "-N", "-o", "%N %t", timeout=10)
+        return dict(line.split(None, 1) for line in p.stdout.splitlines() if " " in line)
+
+    def node_reason(self, node: str) -> str:
+        """The node's Reason= (drain reason), '' when none."""
+        info = _parse_kv(self.run("scontrol", "-o", "show", "node", node, timeout=10).stdout)
+        return "" if info.get("Reason") in (None, "(null)") else info.get("Reason", "")
+
+    def resume_all(self) -> None:
+        """Return drained or down nodes to service (a test that drained one cleans up with this)."""
+        for node, state in self.node_states().items():
+            if any(s in state for s in ("drain", "down", "drng", "fail")):
+                self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", timeout=10)
+
+    def write_gpuperf_config(self, config: str | dict) -> None:
+        """Replace the instance's gpuperf config (TOML text, or a dict of sections); hooks re-read it."""
+        text = config if isinstance(config, str) else sc.to_toml(config)
+        _write(self.layout.gpuperf_conf, text)
+
+    def reset_gpuperf_config(self) -> None:
+        """Back to the instance's default gpuperf config (every path inside the instance dir)."""
+        self.write_gpuperf_config(sc.gpuperf_defaults(self.layout))
+
+    def gpuperf_config(self) -> dict:
+        """The gpuperf config as currently written (parsed TOML; {} when not valid TOML)."""
+        try:
+            return tomllib.loads(self.layout.gpuperf_conf.read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            return {}
+
+    def gpuperf_log(self) -> str:
+        """gpuperf's log file of this instance."""
+        try:
+            return (self.layout.log_dir / "gpuperf.log").read_text()
+        except OSError:
+            return ""
+
+    def logs(self, lines: int = 40) -> str:
+        """The last lines of every log of this instance (printed when something fails)."""
+        out = []
+        for f in sorted(self.layout.log_dir.glob("*.log")):
+            try:
+                tail = f.read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            out.append(f"==> {f} <==\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def status(self) -> dict[str, Any]:
+        """Daemons (pid or None), node states and where things are."""
+        running = self.daemons()
+        nodes = self.node_states() if running.get("slurmctld") else {}
+        return {"name": self.name, "dir": str(self.dir), "cluster": self.cluster_name, "daemons": running,
+                "nodes": nodes, "slurm_conf": str(self.layout.slurm_conf),
+                "ports": {"slurmctld": self.layout.ctld_port, "slurmd": self.layout.slurmd_port,
+                          "slurmdbd": self.layout.dbd_port}}
+
+
+def _parse_kv(text: str) -> dict[str, str]:
+    """scontrol -o output: Key=Value pairs separated by spaces (values without spaces)."""
+    out = {}
+    for tok in text.split():
+        k, sep, v = tok.partition("=")
+        if sep:
+            out.setdefault(k, v)
+    return out
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+def _timed(fn) -> float:
+    t0 = time.monotonic()
+    fn()
+    return time.monotonic() - t0
+
+
+def _terminate(pids: list[int], marker: str, timeout: float) -> None:
+    """SIGTERM these processes (ours only), wait, then SIGKILL what is left."""
+    pids = [p for p in pids if _owned(p, marker)]
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGTERM)
+    end = time.monotonic() + timeout
+    while pids and time.monotonic() < end:
+        pids = [p for p in pids if _owned(p, marker)]
+        time.sleep(0.05)
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """cluster.sh up|down|status [NAME]."""
+    ap = argparse.ArgumentParser(prog="cluster.sh", description="gpuperf's Slurm test cluster on this machine")
+    ap.add_argument("action", choices=("up", "down", "status"))
+    ap.add_argument("name", nargs="?", default=os.environ.get("GPUPERF_TEST_CLUSTER", "pytest"))
+    ap.add_argument("--nodes", type=int, default=None, help="up: number of slurmd (default 1, or as last up)")
+    ap.add_argument("--gpus", type=int, default=4)
+    ap.add_argument("--purge", action="store_true", help="down: also delete the instance directory")
+    a = ap.parse_args(argv)
+    if a.action == "up" and a.nodes is not None:
+        c = SlurmCluster(a.name, nodes=a.nodes, gpus=a.gpus)
+    else:
+        c = SlurmCluster.existing(a.name)
+    try:
+        if a.action == "up":
+            t = c.up()
+            print(json.dumps({k: round(v, 2) for k, v in t.items()}))
+            print(f"export SLURM_CONF={c.layout.slurm_conf} GPUPERF_CONFIG={c.gpuperf_config_path}")
+        elif a.action == "down":
+            print(f"down in {c.down(purge=a.purge):.2f} s")
+        else:
+            print(json.dumps(c.status(), indent=1))
+    except ClusterError as e:
+        print(f"error: {e}\n{c.logs()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,309 @@
+"""What one test-cluster instance looks like on disk and on the network, and its config files (pure).
+
+Everything an instance owns is derived from its name: the directory, the ports, the first job
+id (so two instances never share a job id, which cgroup v1 paths and gpuperf's state assume),
+the private subnet of a multi-node instance. Nothing here touches the system.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path("/tmp")
+VENV_BIN = Path("/opt/gpuperf/venv/bin")
+HOOKS = {  # wrapper name in <dir>/hooks -> gpuperf entry point
+    "prolog": "gpuperf-prolog",
+    "epilog": "gpuperf-epilog",
+    "taskprolog": "gpuperf-taskprolog",
+    "epilog-slurmctld": "gpuperf-epilog-slurmctld",
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One slurmd of an instance."""
+
+    name: str
+    addr: str
+    netns: str | None  # network namespace it runs in; None: the host's (loopback)
+    spool: Path
+    devdir: Path  # its fake /dev/nvidiaN character devices
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where everything of one instance lives; derived from its name only."""
+
+    name: str
+    dir: Path
+    hostname: str
+    cluster_name: str
+    ctld_addr: str
+    ctld_port: int
+    slurmd_port: int
+    dbd_port: int
+    first_job_id: int
+    nodes: tuple[Node, ...]
+    gpus: int
+    cpus: int
+    mem_mb: int
+    cgroup: bool  # proctrack/task cgroup plugins (single host only: cgroup v1 paths are per job id)
+    subnet: str | None  # "10.77.K" for namespaced nodes
+    bridge: str | None
+    node_root: str
+    extra_conf: str = ""
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.dir / "slurm.conf"
+
+    @property
+    def gpuperf_conf(self) -> Path:
+        return self.dir / "gpuperf.toml"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.dir / "run"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.dir / "state"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.dir / "log"
+
+    @property
+    def pid_dir(self) -> Path:
+        return self.dir / "pids"
+
+    @property
+    def db_dir(self) -> Path:
+        return self.dir / "db"
+
+    @property
+    def db_run(self) -> Path:
+        return self.dir / "dbrun"
+
+    @property
+    def db_socket(self) -> Path:
+        return self.db_run / "mysqld.sock"
+
+    @property
+    def hook_dir(self) -> Path:
+        return self.dir / "hooks"
+
+    @property
+    def out_dir(self) -> Path:
+        return self.dir / "out"
+
+
+def check_name(name: str) -> str:
+    """Instance names are short words: letters, digits, '-' and '_' (they end up in paths and node names)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}", name):
+        raise ValueError(f"bad cluster instance name {name!r}: use 1-32 letters, digits, '-', '_'")
+    return name
+
+
+def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: int = 16, mem_mb: int = 16000,
+                node_root: str = "", extra_conf: str = "", root: Path = ROOT) -> Layout:
+    """The layout of instance ``name`` (pure: same name, same ports and paths)."""
+    check_name(name)
+    if not 1 <= nodes <= 8:
+        raise ValueError(f"nodes must be 1..8, got {nodes}")
+    if not 1 <= gpus <= 16:
+        raise ValueError(f"gpus must be 1..16, got {gpus}")
+    h = zlib.crc32(name.encode())
+    word = re.sub(r"[^a-z0-9]", "", name.lower()) or "c"
+    d = root / f"gpuperf-slurm-{name}"
+    # ports below the ephemeral range (32768+) so a client's source port never takes ours
+    base = 20000 + (h % 3000) * 4
+    multi = nodes > 1
+    subnet = f"10.77.{h % 250 + 1}" if multi else None
+    node_list = []
+    for i in range(1, nodes + 1):
+        nname = f"{word}n{i}"
+        node_list.append(Node(
+            name=nname,
+            addr=f"{subnet}.{i + 1}" if multi else "127.0.0.1",
+            netns=f"gpuperf-{name}-n{i}" if multi else None,
+            spool=d / "spool" / nname,
+            devdir=d / "dev" / nname,
+        ))
+    return Layout(
+        name=name, dir=d, hostname=hostname, cluster_name=f"gp{word}"[:30],
+        ctld_addr=f"{subnet}.1" if multi else "127.0.0.1",
+        ctld_port=base, slurmd_port=base + 1, dbd_port=base + 2,
+        first_job_id=1000 + (h % 9000) * 1000,
+        nodes=tuple(node_list), gpus=gpus, cpus=cpus, mem_mb=mem_mb, cgroup=not multi,
+        subnet=subnet, bridge=f"gpbr{h % 100000:05d}" if multi else None,
+        node_root=node_root, extra_conf=extra_conf,
+    )
+
+
+def _topology(cpus: int) -> str:
+    sockets = 2 if cpus % 2 == 0 and cpus >= 2 else 1
+    return f"CPUs={cpus} Boards=1 SocketsPerBoard={sockets} CoresPerSocket={cpus // sockets} ThreadsPerCore=1"
+
+
+def slurm_conf(l: Layout) -> str:
+    """slurm.conf of the instance (FACTS.md: the lines that mattered on bookworm's 22.05)."""
+    d = l.dir
+    hooks = l.hook_dir
+    if l.cgroup:
+        plugins = ["ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity"]
+    else:
+        # several slurmd of one job on one host would share cgroup v1 paths (.../job_<id>)
+        plugins = ["ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity"]
+    lines = [
+        "# generated by tests/cluster/slurmconf.py; rewritten by SlurmCluster.up()",
+        f"ClusterName={l.cluster_name}",
+        f"SlurmctldHost={l.hostname}({l.ctld_addr})",
+        "SlurmUser=root",
+        f"SlurmctldPort={l.ctld_port}",
+        f"SlurmdPort={l.slurmd_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"StateSaveLocation={d}/spool/ctld",
+        f"SlurmdSpoolDir={d}/spool/%n",
+        f"SlurmctldPidFile={l.pid_dir}/slurmctld.pid",
+        f"SlurmdPidFile={l.pid_dir}/slurmd-%n.pid",
+        f"SlurmctldLogFile={l.log_dir}/slurmctld.log",
+        f"SlurmdLogFile={l.log_dir}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        f"PlugStackConfig={d}/plugstack.conf",
+        "SlurmdParameters=config_overrides",
+        *plugins,
+        "PrologFlags=Alloc,Contain",
+        f"Prolog={hooks}/prolog",
+        f"Epilog={hooks}/epilog",
+        f"TaskProlog={hooks}/taskprolog",
+        f"EpilogSlurmctld={hooks}/epilog-slurmctld",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "GresTypes=gpu",
+        "MailProg=/bin/true",
+        "ReturnToService=2",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={l.dbd_port}",
+        "AccountingStorageTRES=gres/gpu",
+        "AccountingStorageEnforce=associations",
+        "JobAcctGatherType=jobacct_gather/linux",
+        "JobAcctGatherFrequency=30",
+        "JobCompType=jobcomp/none",
+        f"FirstJobId={l.first_job_id}",
+        "MinJobAge=300",
+        "KillWait=5",
+        "InactiveLimit=0",
+        "SlurmdTimeout=120",
+        "MessageTimeout=10",
+        "SchedulerType=sched/backfill",
+        "MpiDefault=none",
+        "DebugFlags=NO_CONF_HASH",
+    ]
+    for n in l.nodes:
+        lines.append(f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} {_topology(l.cpus)} "
+                     f"RealMemory={l.mem_mb} Gres=gpu:{l.gpus} State=UNKNOWN")
+    lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    if l.extra_conf:
+        lines.append(l.extra_conf.rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def gres_conf(l: Layout) -> str:
+    """gres.conf: fake GPUs are character devices (plain files give no CUDA_VISIBLE_DEVICES, FACTS.md)."""
+    out = ["AutoDetect=off"]
+    last = l.gpus - 1
+    for n in l.nodes:
+        files = f"{n.devdir}/nvidia[0-{last}]" if last else f"{n.devdir}/nvidia0"
+        out.append(f"NodeName={n.name} Name=gpu File={files}")
+    return "\n".join(out) + "\n"
+
+
+def cgroup_conf(l: Layout) -> str:
+    """cgroup.conf: v1 hierarchy here (hybrid mount), devices constrained to the job's GPUs."""
+    return ("CgroupPlugin=cgroup/v1\nCgroupAutomount=yes\nConstrainDevices=yes\n"
+            "ConstrainCores=no\nConstrainRAMSpace=no\n")
+
+
+def slurmdbd_conf(l: Layout) -> str:
+    """slurmdbd.conf (mode 600): root over the instance's own MariaDB socket (unix_socket auth)."""
+    return "\n".join([
+        "DbdHost=localhost",
+        f"DbdPort={l.dbd_port}",
+        "SlurmUser=root",
+        "AuthType=auth/munge",
+        f"LogFile={l.log_dir}/slurmdbd.log",
+        f"PidFile={l.pid_dir}/slurmdbd.pid",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost",
+        "StorageUser=root",
+        "StorageLoc=slurm_acct_db",
+        "DebugLevel=info",
+    ]) + "\n"
+
+
+def hook_script(l: Layout, hook: str) -> str:
+    """A wrapper Slurm runs as a hook: hooks get no PATH, so everything is absolute."""
+    return (f"#!/bin/sh\n# gpuperf {hook} hook of test cluster {l.name} (generated)\n"
+            f"export GPUPERF_CONFIG={l.gpuperf_conf}\n"
+            f"export SLURM_CONF={l.slurm_conf}\n"
+            f"exec {VENV_BIN / HOOKS[hook]} \"$@\"\n")
+
+
+def gpuperf_defaults(l: Layout) -> dict[str, dict[str, Any]]:
+    """The instance's gpuperf config: every path inside the instance directory."""
+    return {
+        "general": {
+            "run_dir": str(l.run_dir),
+            "state_dir": str(l.state_dir),
+            "log_file": str(l.log_dir / "gpuperf.log"),
+            "slurm_bin_dir": "/usr/bin",
+            "node_root": l.node_root,
+        },
+        "daemon": {"socket_dir": str(l.run_dir / "daemon")},
+        "controller": {"store": str(l.state_dir / "cluster.sqlite")},
+    }
+
+
+def to_toml(data: dict[str, dict[str, Any]]) -> str:
+    """Render sections of scalars, lists, sub-tables and arrays of tables as TOML."""
+    out: list[str] = []
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            raise ValueError(f"TOML top level: [{section}] must be a table")
+        _table(out, section, values, "[{}]")
+    return "\n".join(out) + "\n"
+
+
+def _table(out: list[str], name: str, values: dict[str, Any], header: str) -> None:
+    out.append(header.format(name))
+    nested = []
+    for k, v in values.items():
+        if isinstance(v, dict):
+            nested.append((k, v, "[{}]"))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            nested.extend((k, x, "[[{}]]") for x in v)
+        else:
+            out.append(f"{k} = {_value(v)}")
+    for k, v, h in nested:
+        _table(out, f"{name}.{k}", v, h)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise ValueError(f"cannot write {type(v).__name__} {v!r} as TOML")
