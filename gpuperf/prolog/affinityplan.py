@@ -1,0 +1,149 @@
+"""Prolog step: plan where each task of the job runs and leave the plan for the SPANK plugin.
+
+Writes ``<run_dir>/jobs/<id>/affinity.plan`` (format: ``gpuperf.affinity``) and an
+``applied/`` directory owned by the job user, where each task (plugin or ``gpuperf-run``)
+records what it applied; ``applied_records`` reads those back for the job's report.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gpuperf import affinity, jobstate
+from gpuperf.config import Config
+from gpuperf.hook import HookState
+from gpuperf.jobctx import JobContext
+from gpuperf.slurm import Slurm, SlurmError
+
+PLAN_FILE = "affinity.plan"
+APPLIED_DIR = "applied"
+
+
+def plan_path(run_dir: str, job_id: int) -> Path:
+    """Where the job's plan file lives."""
+    return jobstate.job_dir(run_dir, job_id) / PLAN_FILE
+
+
+def load_topology(cfg: Config) -> dict[str, Any]:
+    """The node's topology: ``[affinity] topology_file`` when set, else discovered (node_root or live)."""
+    path = cfg.affinity.topology_file
+    if path:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    from gpuperf.topology import load_node, node_root
+
+    return load_node(node_root(cfg), health=False).topology
+
+
+def cgroup_cpus(cgroup_root: str, uid: int | None, job_id: int) -> str | None:
+    """The job's cpuset (cpulist text) from Slurm's cgroup layout (v1 or v2), None when not found."""
+    patterns = [
+        # cgroup v1: <root>/cpuset/slurm[_<node>]/uid_<uid>/job_<id>
+        f"{cgroup_root}/cpuset/slurm*/uid_{uid if uid is not None else '*'}/job_{job_id}/cpuset.effective_cpus",
+        f"{cgroup_root}/cpuset/slurm*/uid_{uid if uid is not None else '*'}/job_{job_id}/cpuset.cpus",
+        # cgroup v2 (22.05-25.05; 26.05 names it by SLUID and this finds nothing, which is fine)
+        f"{cgroup_root}/system.slice/*slurmstepd.scope/job_{job_id}/cpuset.cpus.effective",
+        f"{cgroup_root}/*/system.slice/*slurmstepd.scope/job_{job_id}/cpuset.cpus.effective",
+    ]
+    for pat in patterns:
+        for path in sorted(glob.glob(pat)):
+            try:
+                text = Path(path).read_text().strip()
+            except OSError:
+                continue
+            if text:
+                return text
+    return None
+
+
+def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[list[int], str]:
+    """The CPUs the job may use here and where that came from: cgroup, scontrol, else all CPUs."""
+    online = sorted((topology.get("cpus") or {}).get("online") or
+                    {c for n in topology.get("numa_nodes") or [] for c in n.get("cpus") or []})
+    text = cgroup_cpus(cfg.affinity.cgroup_root, ctx.uid, ctx.job_id) if ctx.job_id is not None else None
+    if text:
+        return affinity.parse_cpu_list(text), "cgroup"
+    try:
+        ids = Slurm(cfg.general.slurm_bin_dir).job_cpu_ids(ctx.job_id, ctx.node) if ctx.job_id is not None else None
+    except SlurmError:
+        ids = None
+    if ids:
+        try:
+            return affinity.parse_cpu_list(ids), "scontrol"
+        except ValueError:
+            pass
+    return online, "all"
+
+
+def build(ctx: JobContext, cfg: Config, topology: dict[str, Any], cpus: list[int], source: str
+          ) -> tuple[affinity.Allocation, list[affinity.AffinityPlan]]:
+    """The plans for every task count a step of this job may have on this node."""
+    alloc = affinity.Allocation(gpus=tuple(ctx.gpus), cpus=tuple(cpus), cpus_source=source)
+    if not cfg.affinity.enabled:
+        return alloc, [affinity.AffinityPlan(tasks=1, noop="affinity disabled ([affinity] enabled = false)")]
+    if (ctx.env_gpuperf or "").lower() == "off":
+        return alloc, [affinity.AffinityPlan(tasks=1, noop="gpuperf switched off for this job (--gpuperf=off)")]
+    known = [ctx.ntasks_local] if ctx.ntasks_local else []
+    plans = [affinity.plan(topology, alloc, t, cfg.affinity.mem_policy, cfg.affinity.hyperthreads)
+             for t in affinity.plan_counts(alloc, known)]
+    return alloc, plans
+
+
+def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
+    """Prolog step: compute and write the job's affinity plan; record it in ``state.data['affinity']``."""
+    if ctx.job_id is None:
+        return
+    topology = load_topology(cfg)
+    cpus, source = job_cpus(ctx, cfg, topology)
+    alloc, plans = build(ctx, cfg, topology, cpus, source)
+    jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
+    _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans))
+    _applied_dir(jdir / APPLIED_DIR, ctx.uid)
+    # the report shows the one-rank-per-GPU shape (the common one) and the job's own shape when known
+    shown = {p.tasks: p for p in plans if p.tasks in (max(1, len(alloc.gpus)), ctx.ntasks_local or 0)}
+    state.data["affinity"] = {
+        "plan_file": str(jdir / PLAN_FILE), "cpus_source": source, "job_cpus": affinity.format_cpu_list(cpus),
+        "gpus": list(alloc.gpus), "noop": next((p.noop for p in plans if p.noop), None),
+        "warnings": sorted({w for p in plans for w in p.warnings}),
+        "tasks_planned": [p.tasks for p in plans], "plans": {str(t): p.to_dict() for t, p in shown.items()},
+    }
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    os.replace(tmp, path)
+
+
+def _applied_dir(path: Path, uid: int | None) -> None:
+    """A directory the job's tasks (running as the job user) can write their records into."""
+    path.mkdir(parents=True, exist_ok=True)
+    if uid is not None and os.geteuid() == 0:
+        os.chown(path, uid, -1)
+    path.chmod(0o755)
+
+
+def applied_records(run_dir: str, job_id: int) -> list[dict[str, str]]:
+    """What each task applied (``applied/<step>.<rank>`` lines), sorted by step and rank; [] when none."""
+    out = []
+    for f in sorted((jobstate.job_dir(run_dir, job_id) / APPLIED_DIR).glob("*")):
+        try:
+            rec = affinity.parse_applied_line(f.read_text(errors="replace"))
+        except (OSError, ValueError):
+            continue
+        out.append(rec)
+    return sorted(out, key=lambda r: (r.get("step", ""), int(r.get("rank", "0") or 0)))
+
+
+def plan_warnings(run_dir: str, job_id: int) -> list[str]:
+    """The plan's warnings (for a TaskProlog that prints them when ``[affinity] warn_in_job``)."""
+    try:
+        return affinity.parse_plan_text(plan_path(run_dir, job_id).read_text()).warnings
+    except (OSError, ValueError):
+        return []

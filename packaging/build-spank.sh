@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Build gpuperf's SPANK plugin (gpuperf_spank.so) from source against Debian's libslurm-dev headers
+# and install it where plugstack.conf points (default /opt/gpuperf/lib/gpuperf_spank.so).
+#   bash packaging/build-spank.sh            # build + install
+#   bash packaging/build-spank.sh --out DIR  # build into DIR only (tests, benchmarks)
+# Idempotent; installs gcc and libslurm-dev with apt when they are missing.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+prefix=${GPUPERF_PREFIX:-/opt/gpuperf}
+src="$here/gpuperf/wrappers/gpuperf_spank.c"
+out="$prefix/lib"
+[ "${1:-}" = "--out" ] && out=${2:?--out needs a directory}
+
+need=()
+for p in gcc libc6-dev libslurm-dev; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+mkdir -p "$out"
+tmp=$(mktemp "$out/.gpuperf_spank.XXXXXX.so")
+trap 'rm -f "$tmp"' EXIT
+# everything but the SPANK entry points and plugin_* symbols is static in the source
+gcc -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared \
+    -o "$tmp" "$src"
+chmod 0755 "$tmp"
+# rename: a slurmstepd loading the plugin right now never sees half a file
+mv -f "$tmp" "$out/gpuperf_spank.so"
+trap - EXIT
+echo "gpuperf_spank.so built in $out"
