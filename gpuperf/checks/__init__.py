@@ -1,1 +1,56 @@
-"""gpuperf.checks"""
+"""Node health checks: small pure functions over topology + GPU state, registered by code.
+
+Public API::
+
+    from gpuperf import checks
+    checks.registry()                         # code -> CheckSpec (every check module loaded)
+    checks.run_fast(node, cfg, gpus)          # list[CheckResult]; node from gpuperf.topology.load_node
+    checks.read_node(cfg, root=None)          # load_node with a time limit (NVML can hang on a lost GPU)
+    checks.validate_codes(names)              # ValueError naming unknown codes (config validation)
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any, Iterable
+
+from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec, registered, worst
+from gpuperf.checks.runner import run_deep, run_fast
+
+__all__ = ["CheckEnv", "CheckResult", "CheckSpec", "registry", "run_fast", "run_deep", "read_node",
+           "validate_codes", "worst"]
+
+_loaded = False
+
+
+def registry() -> dict[str, CheckSpec]:
+    """Every check, after importing each module of ``gpuperf.checks.builtin`` (each registers itself)."""
+    global _loaded
+    if not _loaded:
+        from gpuperf.checks import builtin
+
+        for mod in pkgutil.iter_modules(builtin.__path__):
+            importlib.import_module(f"{builtin.__name__}.{mod.name}")
+        _loaded = True
+    return registered()
+
+
+def validate_codes(names: Iterable[str]) -> None:
+    """ValueError naming each unknown check code and the known ones."""
+    known = registry()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown check {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})")
+
+
+def read_node(cfg: Any, root: str | None = None) -> Any:
+    """The node (``gpuperf.topology.Node``) from ``root`` or the config's node root, within ``checks.timeout_s``.
+
+    Raises ``runner.CheckTimeout`` when NVML or sysfs does not answer in time.
+    """
+    from gpuperf import topology
+    from gpuperf.checks.runner import call_with_timeout
+
+    where = root if root is not None else topology.node_root(cfg)
+    return call_with_timeout(lambda: topology.load_node(where or None), float(cfg.checks.timeout_s))

@@ -1,0 +1,1 @@
+"""The built-in checks: one module per check, each registering itself when imported."""

@@ -1,0 +1,47 @@
+"""acs_enabled: PCIe ACS redirect/source validation on a bridge in a GPU's or NIC's path (slows P2P and GPUDirect)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuperf.checks.base import CheckEnv, CheckResult, register, selected_gpus
+
+CODE = "acs_enabled"
+# ACS control register bits that reroute or block peer-to-peer traffic
+_BITS = {0x1: "SrcValid", 0x4: "ReqRedir", 0x8: "CmpltRedir", 0x10: "UpstreamFwd", 0x40: "DirectTrans"}
+
+
+def _bits(ctrl: Any) -> str:
+    try:
+        v = int(str(ctrl), 16)
+    except (TypeError, ValueError):
+        return ""
+    return "+".join(name for bit, name in _BITS.items() if v & bit)
+
+
+@register(CODE, severity="warn", help="ACS enabled on a PCIe bridge between GPUs and NICs", needs_gpus=False)
+def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: Any, env: CheckEnv = CheckEnv()) -> CheckResult:
+    """Peer traffic through a bridge with ACS redirect goes up to the root complex (or is blocked by the IOMMU)."""
+    paths = topo.get("pcie_paths")
+    if not isinstance(paths, dict) or not paths:
+        return CheckResult(CODE, "skip", "no PCIe paths in the topology")
+    keys = [f"gpu:{g.get('index')}" for g in selected_gpus(snap, job_gpus)]
+    keys += [k for k in paths if k.startswith("nic:")]
+    flagged: dict[str, list[str]] = {}  # bridge -> devices behind it
+    unknown = 0
+    seen = 0
+    for key in keys:
+        for br in paths.get(key) or []:
+            seen += 1
+            if br.get("acs_enabled") is None:
+                unknown += 1
+            elif br["acs_enabled"]:
+                bits = _bits(br.get("acs_ctrl"))
+                label = f"{br.get('bus_id')} (ACS ctl {br.get('acs_ctrl')}{': ' + bits if bits else ''})"
+                flagged.setdefault(label, []).append(key.replace(":", " "))
+    if flagged:
+        parts = [f"bridge {b} above {', '.join(devs)}" for b, devs in flagged.items()]
+        return CheckResult(CODE, "fail", "ACS enabled: " + "; ".join(parts))
+    if seen == 0 or unknown == seen:
+        return CheckResult(CODE, "skip", "ACS state of the bridges unknown")
+    return CheckResult(CODE, "ok", f"ACS off on {seen - unknown} bridge entries in GPU/NIC paths")

@@ -1,0 +1,89 @@
+"""XID events of the live node from the kernel log (/dev/kmsg), until the daemon's NVML event API replaces it.
+
+The NVIDIA driver logs ``NVRM: Xid (PCI:0000:9a:00): 79, pid=..., GPU has fallen off the bus.``
+/dev/kmsg gives each record with its time since boot in microseconds, so no wall clock is parsed
+from text. ``parse_kmsg_record`` is pure; ``read_kmsg`` is the I/O edge.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+KMSG = "/dev/kmsg"
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\): (\d+)")
+_MAX_RECORDS = 200_000  # a kernel ring buffer holds far fewer; bounds the loop on a flooding log
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One XID: the GPU's bus id prefix (``0000:9a:00``, no function), the XID and its wall time."""
+
+    bus: str
+    xid: int
+    t: float
+
+
+def parse_kmsg_record(record: str, boot_wall: float) -> XidEvent | None:
+    """One /dev/kmsg record (``prio,seq,usec,flags;text``) -> XidEvent, or None when it is not an XID."""
+    head, sep, text = record.partition(";")
+    if not sep:
+        return None
+    m = _XID.search(text)
+    if not m:
+        return None
+    fields = head.split(",")
+    try:
+        usec = int(fields[2])
+    except (IndexError, ValueError):
+        return None
+    domain = m.group(1)[-4:].lower().rjust(4, "0")  # NVRM may print an 8-digit domain
+    return XidEvent(f"{domain}:{m.group(2).lower()}:{m.group(3).lower()}", int(m.group(4)), boot_wall + usec / 1e6)
+
+
+def read_kmsg(path: str = KMSG) -> list[XidEvent]:
+    """Every XID still in the kernel ring buffer; OSError when the log cannot be opened."""
+    # kmsg timestamps count from boot on the monotonic clock
+    boot_wall = time.time() - time.clock_gettime(time.CLOCK_MONOTONIC)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    events: list[XidEvent] = []
+    try:
+        for _ in range(_MAX_RECORDS):
+            try:
+                data = os.read(fd, 8192)
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # a record was overwritten while we read: go on
+                    continue
+                if e.errno == errno.EAGAIN:
+                    break
+                raise
+            if not data:
+                break
+            ev = parse_kmsg_record(data.decode("utf-8", "replace"), boot_wall)
+            if ev is not None:
+                events.append(ev)
+    finally:
+        os.close(fd)
+    return events
+
+
+def bus_prefix(bus_id: str) -> str:
+    """'0000:9a:00.0' -> '0000:9a:00', the form XID lines name a GPU by."""
+    return bus_id.lower().rsplit(".", 1)[0]
+
+
+def merge_into_snapshot(snap: dict[str, Any], events: list[XidEvent]) -> list[XidEvent]:
+    """Add events to the matching GPUs' ``xid_events`` (in place); returns those matching no GPU."""
+    by_bus = {bus_prefix(str(g.get("bus_id") or "")): g for g in snap.get("gpus") or [] if g.get("bus_id")}
+    unmatched = []
+    for ev in events:
+        g = by_bus.get(ev.bus)
+        if g is None:
+            unmatched.append(ev)
+            continue
+        g.setdefault("xid_events", []).append({"xid": ev.xid, "t": ev.t})
+    return unmatched
