@@ -97,6 +97,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "mem_policy": Key(str, "bind", "", choices=("bind", "prefer", "none")),
         "hyperthreads": Key(bool, True, "use SMT siblings after whole cores"),
         "warn_in_job": Key(bool, False, "print affinity warnings in the job's output"),
+        "topology_file": Key(str, "", "node topology JSON (gpuperf topology --json) to plan from; empty: discover"),
+        "cgroup_root": Key(str, "/sys/fs/cgroup", "where the prolog looks for the job's cpuset cgroup"),
     },
     "report": {
         "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),

@@ -73,3 +73,17 @@ class Slurm:
         out = self.run("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "AdminComment%65535")
         lines = [l for l in out.splitlines() if l.strip()]
         return lines[0] if lines else ""
+
+    def job_cpu_ids(self, job_id: int, node: str | None) -> str | None:
+        """The job's CPU_IDs on ``node`` from ``scontrol show job -d`` (Slurm's CPU ids), None when not listed."""
+        out = self.run("scontrol", "show", "job", "-d", str(job_id))
+        found: list[tuple[str, str]] = []
+        for line in out.splitlines():
+            fields = dict(tok.partition("=")[::2] for tok in line.split() if "=" in tok)
+            if "Nodes" in fields and "CPU_IDs" in fields:
+                found.append((fields["Nodes"], fields["CPU_IDs"]))
+        for nodes, ids in found:
+            if nodes == node:
+                return ids
+        # one detail line for the whole job: every node has the same ids
+        return found[0][1] if len(found) == 1 else None
