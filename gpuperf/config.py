@@ -53,6 +53,13 @@ def _share(v: float) -> None:
         raise ValueError("must be between 0 and 1")
 
 
+def _check_codes(v: list) -> None:
+    if v:  # the registry is imported only when a code is named, so hooks with defaults stay light
+        from gpuperf.checks import validate_codes
+
+        validate_codes(v)
+
+
 # The schema. Sections: general (shared), checks, daemon, env, affinity, report, controller.
 SCHEMA: dict[str, dict[str, Key]] = {
     "general": {
@@ -66,15 +73,23 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "slurm_user": Key(str, "slurm", "SlurmUser: may register and finalise jobs like root"),
     },
     "checks": {
-        "disabled": Key(list, [], "check codes never run", item_type=str),
-        "fail": Key(list, [], "check codes whose warnings become failures", item_type=str),
+        "disabled": Key(list, [], "check codes never run", item_type=str, validate=_check_codes),
+        "fail": Key(list, [], "check codes whose warnings become failures", item_type=str, validate=_check_codes),
+        "enable": Key(list, [], "checks that are off by default to run", item_type=str, validate=_check_codes),
         "drain": Key(bool, True, "drain the node when a check fails"),
         "max_drained_share": Key(float, 0.10, "never drain while this share of nodes is drained by gpuperf", validate=_share),
         "timeout_s": Key(float, 5.0, "a check running longer is an error", validate=_positive),
         "expected_gpus": Key(int, 0, "GPUs the node must show; 0: what Slurm allocated/configured"),
         "driver_version": Key(str, "", "expected driver version; empty: not checked"),
         "xid_window_s": Key(float, 7200.0, "XIDs older than this are ignored", validate=_positive),
-        "ib_min_rate_gbps": Key(float, 0.0, "IB/RoCE ports below this rate fail; 0: their max"),
+        "ib_min_rate_gbps": Key(float, 0.0, "IB/RoCE ports below this rate fail; 0: rate not checked"),
+        "ib_ports": Key(list, [], "IB/RoCE ports to check ('mlx5_0' or 'mlx5_0:1'); empty: all", item_type=str),
+        "xid_fatal": Key(list, [48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120],
+                         "XIDs that fail the node (Azure aznhc's set)", item_type=int),
+        "nvlink_expected": Key(int, 0, "active NVLinks each GPU must have; 0: every link NVML reports"),
+        "nvlink_max_error_growth": Key(int, 0, "NVLink error counts a GPU may gain between clean checks"),
+        "deep_timeout_s": Key(float, 300.0, "time limit of one deep check (dcgmi diag)", validate=_positive),
+        "daemon_max_age_s": Key(float, 30.0, "the prolog uses the daemon's health result if this fresh", validate=_positive),
     },
     "daemon": {
         "backend": Key(str, "auto", "sampler: auto, nvml, dcgm or replay:FILE"),
