@@ -48,6 +48,13 @@ def _positive(v: float) -> None:
         raise ValueError("must be > 0")
 
 
+def _report_thresholds(v: dict) -> None:
+    # imported here: only a config that sets thresholds pays for the diagnosis module
+    from gpuperf.diagnosis import resolve_thresholds
+
+    resolve_thresholds(v)
+
+
 def _share(v: float) -> None:
     if not 0 <= v <= 1:
         raise ValueError("must be between 0 and 1")
@@ -58,6 +65,13 @@ def _check_codes(v: list) -> None:
         from gpuperf.checks import validate_codes
 
         validate_codes(v)
+
+
+def _env_rules(v: list) -> None:
+    # imported here: only a config that has rules pays for the rule module
+    from gpuperf import envrules
+
+    envrules.validate(v)
 
 
 # The schema. Sections: general (shared), checks, daemon, env, affinity, report, controller.
@@ -101,11 +115,19 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "store": Key(str, "", "SQLite store; empty: <state_dir>/daemon.sqlite"),
         "replay_speed": Key(float, 1.0, "replay backend speed-up", validate=_positive),
         "request_timeout_s": Key(float, 2.0, "hooks wait this long for the daemon", validate=_positive),
+        "user_socket_dir": Key(str, "/run/gpuperf/daemon-user", "directory of the read-only user socket (0755)"),
+        "checkpoint_s": Key(float, 10.0, "aggregates are written to the store this often", validate=_positive),
+        "full_res_s": Key(float, 3600.0, "full-resolution samples kept this long, then 1-minute means", validate=_positive),
+        "retention_days": Key(float, 90.0, "1-minute series and finished jobs kept this long", validate=_positive),
+        "host_interval_s": Key(float, 5.0, "per-job CPU/RSS/IO scan interval", validate=_positive),
+        "energy_interval_s": Key(float, 600.0, "energy counter read this often between job start and end", validate=_positive),
+        "health_interval_s": Key(float, 60.0, "cached fast health checks refreshed this often", validate=_positive),
     },
     "env": {
         "enabled": Key(bool, True, "inject environment in the TaskProlog"),
         "notice": Key(bool, False, "print a one-line notice in the job's output"),
-        "rules": Key(list, [], "admin policy rules ([[env.rules]] tables)", item_type=dict),
+        "rules": Key(list, [], "admin policy rules ([[env.rules]] tables)", item_type=dict, validate=_env_rules),
+        "nccl_version": Key(str, "", "NCCL version jobs use when gpuperf cannot find it (\"2.21.5\"); empty: unknown"),
     },
     "affinity": {
         "enabled": Key(bool, True, "pin tasks next to their GPUs"),
@@ -117,13 +139,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "report": {
         "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),
-        "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults"),
+        "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults", validate=_report_thresholds),
+        "html_max_points": Key(int, 2000, "points per time-series line in --html pages (longer series are averaged)", validate=_positive),
     },
     "controller": {
         "address": Key(str, "", "host:port of the controller's collector; empty: SlurmctldHost"),
         "port": Key(int, 9403, "port the controller's collector listens on"),
         "store": Key(str, "", "controller SQLite store; empty: <state_dir>/cluster.sqlite"),
         "merge_wait_s": Key(float, 30.0, "how long the slurmctld epilog waits for late nodes", validate=_positive),
+        "bind": Key(str, "0.0.0.0", "address the controller's collector binds"),
+        "munge_socket": Key(str, "", "munged socket for node-summary credentials; empty: munge's default"),
+        "admin_comment_wait_s": Key(float, 30.0, "how long to retry sacctmgr until the job is in the database", validate=_positive),
     },
 }
 

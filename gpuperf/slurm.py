@@ -87,3 +87,41 @@ class Slurm:
                 return ids
         # one detail line for the whole job: every node has the same ids
         return found[0][1] if len(found) == 1 else None
+
+    def hostnames(self, nodelist: str) -> list[str]:
+        """A Slurm hostlist expression ('n[1-3]') as node names."""
+        return [h for h in self.run("scontrol", "show", "hostnames", nodelist).split() if h]
+
+    def ctld_host(self) -> str:
+        """The controller's address: SlurmctldAddr, else the address (or name) of SlurmctldHost[0]."""
+        cfg = {}
+        for line in self.run("scontrol", "show", "config").splitlines():
+            k, sep, v = line.partition("=")
+            if sep:
+                cfg[k.strip()] = v.strip()
+        addr = cfg.get("SlurmctldAddr", "")
+        if addr and addr != "(null)":
+            return addr
+        host = cfg.get("SlurmctldHost[0]", "")
+        if "(" in host:
+            return host.split("(", 1)[1].rstrip(")")
+        if not host:
+            raise SlurmError("scontrol show config has no SlurmctldHost")
+        return host
+
+    def show_job(self, job_id: int) -> dict[str, str]:
+        """``scontrol show job -o`` of a job slurmctld still knows, as KEY -> value ({} when gone)."""
+        try:
+            out = self.run("scontrol", "show", "job", "-o", str(job_id))
+        except SlurmError:
+            return {}
+        return dict(tok.partition("=")[::2] for tok in out.split() if "=" in tok)
+
+    def sacct_job(self, job_id: int, fields: tuple[str, ...] = ("JobID", "User", "UID", "State", "NodeList")) -> dict[str, str]:
+        """One job's allocation line from sacct as field -> value ({} when sacct does not know it)."""
+        out = self.run("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", ",".join(fields))
+        for line in out.splitlines():
+            vals = line.split("|")
+            if len(vals) == len(fields):
+                return dict(zip(fields, vals))
+        return {}

@@ -1,0 +1,122 @@
+"""The job summary as a Slurm AdminComment that survives ``sacctmgr`` (22.05 lowercases it).
+
+Form: ``gpuperf:v1 class=compute_bound gpus=8 tensor=94 sm=96 util=100 mem=45 power=698w
+energy=2.51kwh idle=0 z=<payload>``. The headline is lowercase ``key=value`` pairs a person reads
+in ``sacct -o AdminComment%120``; ``z=`` holds the full summary as zlib-compressed compact JSON
+in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
+back; it has no quotes for sacctmgr to turn into backticks (FACTS.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+PREFIX = "gpuperf:v1"
+SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
+
+
+class AdminCommentError(ValueError):
+    """Text that is not a gpuperf AdminComment, or one whose payload is damaged."""
+
+
+def _fmt(x: Any, unit: str = "", nd: int = 0) -> str:
+    if x is None:
+        return "na"
+    return f"{x:.{nd}f}{unit}"
+
+
+def headline(summary: dict) -> list[tuple[str, str]]:
+    """The readable key=value pairs: class, tensor/SM/util/memory %, power, energy, idle %, GPUs."""
+    job = summary.get("job") or {}
+    diag = summary.get("diagnosis") or {}
+    q = summary.get("quality") or {}
+    pairs = [("class", str(diag.get("class") or "na")), ("gpus", str(job.get("gpu_count", 0))),
+             ("tensor", _fmt(job.get("tensor_active_pct"))), ("sm", _fmt(job.get("sm_active_pct"))),
+             ("util", _fmt(job.get("util_gpu_pct"))), ("mem", _fmt(job.get("mem_peak_pct"))),
+             ("power", _fmt(job.get("power_mean_w"), "w")), ("energy", _fmt(job.get("energy_kwh"), "kwh", 2)),
+             ("idle", _fmt(job.get("idle_pct")))]
+    if diag.get("imbalanced"):
+        pairs.append(("imbalanced", "1"))
+    if q.get("partial"):
+        pairs.append(("partial", "1"))
+    return pairs
+
+
+def _pack(summary: dict) -> str:
+    raw = json.dumps(summary, separators=(",", ":"), sort_keys=True).encode()
+    return base64.b32encode(zlib.compress(raw, 9)).decode("ascii").rstrip("=").lower()
+
+
+def _slim(summary: dict, level: int) -> dict:
+    """A smaller summary when the full one does not fit: env/affinity first, then per-GPU detail."""
+    s = json.loads(json.dumps(summary))
+    dropped = []
+    if level >= 1:
+        for k in ("env", "affinity"):
+            if s.get(k):
+                s[k] = {}
+                dropped.append(k)
+    if level >= 2:
+        keep = ("node", "gpu", "name", "seconds", "sm_active_pct", "tensor_active_pct", "dram_active_pct",
+                "util_gpu_pct", "mem_peak_pct", "power_mean_w", "energy_j", "idle_pct")
+        s["gpus"] = [{k: g.get(k) for k in keep} for g in s.get("gpus", [])]
+        dropped.append("gpus.detail")
+    if level >= 3:
+        s["gpus"] = []
+        dropped.append("gpus")
+    s["truncated"] = dropped
+    return s
+
+
+def encode(summary: dict, max_bytes: int = SACCT_MAX_BYTES) -> str:
+    """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes."""
+    head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary)])
+    for level in range(4):
+        body = _pack(summary if level == 0 else _slim(summary, level))
+        text = f"{head} z={body}"
+        if len(text.encode()) <= max_bytes:
+            return text
+    raise AdminCommentError(f"summary does not fit in {max_bytes} bytes even without per-GPU detail")
+
+
+def is_admincomment(text: str | None) -> bool:
+    """Whether text is a gpuperf AdminComment (any case)."""
+    return bool(text) and text.strip().lower().startswith(PREFIX)
+
+
+def decode_headline(text: str) -> dict[str, str]:
+    """The readable key=value pairs (without the payload)."""
+    if not is_admincomment(text):
+        raise AdminCommentError("not a gpuperf AdminComment (does not start with gpuperf:v1)")
+    out = {}
+    for tok in text.strip().split()[1:]:
+        k, sep, v = tok.partition("=")
+        if sep and k.lower() != "z":
+            out[k.lower()] = v.lower()
+    return out
+
+
+def decode(text: str) -> dict:
+    """The full summary from an AdminComment, whatever case or quote mangling sacctmgr applied."""
+    if not is_admincomment(text):
+        raise AdminCommentError("not a gpuperf AdminComment (does not start with gpuperf:v1)")
+    payload = None
+    for tok in text.strip().split():
+        if tok.lower().startswith("z="):
+            payload = tok[2:]
+    if not payload:
+        raise AdminCommentError("AdminComment has no z= payload")
+    # quotes are never in base32; sacctmgr turns them into backticks, so any is stray and dropped
+    payload = payload.strip("`'\"").upper()
+    payload += "=" * (-len(payload) % 8)
+    try:
+        raw = zlib.decompress(base64.b32decode(payload))
+        summary = json.loads(raw)
+    except (ValueError, zlib.error) as e:
+        raise AdminCommentError(f"AdminComment payload is damaged ({len(payload)} chars): {e}") from None
+    if not isinstance(summary, dict):
+        raise AdminCommentError("AdminComment payload is not a summary")
+    return summary

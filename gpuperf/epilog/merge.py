@@ -1,0 +1,93 @@
+"""EpilogSlurmctld step: merge the job's node summaries, write the AdminComment, store the job.
+
+Waits at most ``controller.merge_wait_s`` for a summary from every node of the job's nodelist
+(the collector puts them in the cluster store); nodes still missing then make the summary
+partial and are named in it. The AdminComment goes through ``sacctmgr`` because scontrol
+refuses finished jobs (FACTS.md); the job reaches the database a little after it ends, so the
+write is retried for ``controller.admin_comment_wait_s``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gpuperf import admincomment, log
+from gpuperf import summary as summary_mod
+from gpuperf.report import clusterstore
+from gpuperf.slurm import Slurm, SlurmError
+
+POLL_S = 0.25
+
+
+def _has_gpus(job: dict[str, str]) -> bool | None:
+    """Whether slurmctld's record of the job allocated GPUs (None when it no longer knows the job)."""
+    if not job:
+        return None
+    tres = job.get("AllocTRES") or job.get("TRES") or ""
+    return "gres/gpu" in tres or job.get("Gres", "") not in ("", "(null)")
+
+
+def wait_for_nodes(store: clusterstore.ClusterStore, job_id: int, nodes: list[str], wait_s: float) -> dict[str, dict]:
+    """The node summaries present when all nodes reported or ``wait_s`` passed, whichever is first."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = store.node_summaries(job_id)
+        if nodes and all(n in found for n in nodes):
+            return found
+        if time.monotonic() >= deadline:
+            return found
+        time.sleep(POLL_S)
+
+
+def write_admin_comment(cfg, job_id: int, text: str) -> bool:
+    """Write the AdminComment with sacctmgr, retrying until sacct shows it; False if it never did."""
+    slurm = Slurm(cfg.general.slurm_bin_dir)
+    deadline = time.monotonic() + cfg.controller.admin_comment_wait_s
+    last = ""
+    while True:
+        try:
+            slurm.set_admin_comment_db(job_id, text)
+            if slurm.admin_comment(job_id).strip().lower() == text.lower():
+                return True
+            last = "sacct does not show it yet (job not in the database)"
+        except SlurmError as e:
+            last = str(e)
+        if time.monotonic() >= deadline:
+            log.get("merge").warning("job %s: AdminComment not written: %s", job_id, last)
+            return False
+        time.sleep(1.0)
+
+
+def finish(cfg, store: clusterstore.ClusterStore, job_id: int, expected: list[str], ident: dict,
+           late: bool = False) -> dict:
+    """Merge what the store holds for a job, store it and write its AdminComment; the merged summary."""
+    parts = store.node_summaries(job_id)
+    merged = summary_mod.merge(list(parts.values()), expected, thresholds=cfg.report.thresholds)
+    merged["job_id"] = job_id
+    for k in ("user", "uid"):
+        if merged.get(k) is None and ident.get(k) is not None:
+            merged[k] = ident[k]
+    if late:
+        merged["quality"]["remerged"] = True
+    store.put_job(merged)
+    if cfg.report.admin_comment:
+        write_admin_comment(cfg, job_id, admincomment.encode(merged))
+    return merged
+
+
+def step(ctx, cfg, state) -> None:
+    """The EpilogSlurmctld step (runs as SlurmUser on the controller)."""
+    if ctx.job_id is None:
+        return
+    slurm = Slurm(cfg.general.slurm_bin_dir)
+    has_gpus = _has_gpus(slurm.show_job(ctx.job_id))
+    if has_gpus is False:
+        state.data["merge"] = {"skipped": "job allocated no GPUs"}
+        return
+    nodes = slurm.hostnames(ctx.nodelist) if ctx.nodelist else []
+    t0 = time.monotonic()
+    with clusterstore.ClusterStore(clusterstore.default_path(cfg)) as store:
+        found = wait_for_nodes(store, ctx.job_id, nodes, cfg.controller.merge_wait_s)
+        merged = finish(cfg, store, ctx.job_id, nodes, {"user": ctx.user, "uid": ctx.uid})
+    state.data["merge"] = {"nodes": nodes, "reported": sorted(found), "waited_s": round(time.monotonic() - t0, 2),
+                           "partial": merged["quality"]["partial"], "class": merged["diagnosis"]["class"]}

@@ -1,0 +1,76 @@
+"""Peak throughput and memory bandwidth of GPU models, each with the document it comes from.
+
+Figures are the vendor's *dense* numbers: NVIDIA datasheets print tensor throughput "with
+sparsity" (2:4 structured sparsity doubles it), so the dense figure is half the printed one.
+They bound what a job could have achieved; the report labels everything derived from them as
+an estimate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Peak figures of one GPU model (dense, no sparsity)."""
+
+    model: str
+    tensor_bf16_tflops: float      # dense BF16/FP16 tensor-core peak
+    fp32_tflops: float             # non-tensor FP32 (CUDA cores)
+    fp64_tflops: float             # non-tensor FP64
+    mem_bw_gbps: float             # HBM/GDDR bandwidth, GB/s (10^9 bytes/s)
+    nvlink_gbps: float | None      # total NVLink bandwidth per GPU, both directions, GB/s; None: no NVLink
+    fp8: bool                      # has FP8 tensor cores (Hopper, Ada, Blackwell)
+    source: str
+
+    def to_dict(self) -> dict:
+        """Plain data for JSON."""
+        return asdict(self)
+
+
+_H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100), sparse figures halved"
+_H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200), sparse figures halved"
+_A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/a100), dense figures"
+_B200_DS = "NVIDIA HGX B200 datasheet (nvidia.com/en-us/data-center/hgx), per GPU, sparse figures halved"
+_L40S_DS = "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s), sparse figures halved"
+_L4_DS = "NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4), sparse figures halved"
+_V100_DS = "NVIDIA V100 datasheet (nvidia.com/en-us/data-center/v100)"
+_A10_DS = "NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu), sparse figures halved"
+
+# Matched in order against the NVML device name (lowercase whole words): specific before generic.
+_TABLE: tuple[tuple[tuple[str, ...], GpuSpec], ...] = (
+    (("h200 nvl",), GpuSpec("H200 NVL", 835.5, 60.0, 30.0, 4800.0, 900.0, True, _H200_DS)),
+    (("h200",), GpuSpec("H200 SXM", 989.5, 67.0, 34.0, 4800.0, 900.0, True, _H200_DS)),
+    (("gh200",), GpuSpec("GH200", 989.5, 67.0, 34.0, 4000.0, 900.0, True, "NVIDIA GH200 datasheet, sparse figures halved")),
+    (("h100 nvl",), GpuSpec("H100 NVL", 835.5, 60.0, 30.0, 3900.0, 600.0, True, _H100_DS)),
+    (("h100 pcie",), GpuSpec("H100 PCIe", 756.5, 51.0, 26.0, 2000.0, 600.0, True, _H100_DS)),
+    (("h100",), GpuSpec("H100 SXM", 989.5, 67.0, 34.0, 3350.0, 900.0, True, _H100_DS)),
+    (("b200",), GpuSpec("B200", 2250.0, 75.0, 37.0, 8000.0, 1800.0, True, _B200_DS)),
+    (("a100-sxm4-80gb", "a100 80gb sxm", "a100-sxm-80gb"), GpuSpec("A100 SXM 80GB", 312.0, 19.5, 9.7, 2039.0, 600.0, False, _A100_DS)),
+    (("a100-sxm4-40gb", "a100-sxm"), GpuSpec("A100 SXM 40GB", 312.0, 19.5, 9.7, 1555.0, 600.0, False, _A100_DS)),
+    (("a100 80gb pcie", "a100-pcie-80gb"), GpuSpec("A100 PCIe 80GB", 312.0, 19.5, 9.7, 1935.0, 600.0, False, _A100_DS)),
+    (("a100",), GpuSpec("A100 PCIe 40GB", 312.0, 19.5, 9.7, 1555.0, 600.0, False, _A100_DS)),
+    (("l40s",), GpuSpec("L40S", 362.0, 91.6, 1.4, 864.0, None, True, _L40S_DS)),
+    (("l4",), GpuSpec("L4", 121.0, 30.3, 0.5, 300.0, None, True, _L4_DS)),
+    (("a10",), GpuSpec("A10", 125.0, 31.2, 1.0, 600.0, None, False, _A10_DS)),
+    (("v100",), GpuSpec("V100 SXM2", 125.0, 15.7, 7.8, 900.0, 300.0, False, _V100_DS)),
+)
+
+
+def lookup(name: str | None) -> GpuSpec | None:
+    """The spec of the GPU model NVML calls ``name``; None when the model is not in the table."""
+    if not name:
+        return None
+    low = name.lower()
+    for keys, spec in _TABLE:
+        # whole words only: "l4" must not match "l40s", "h200" must not match "gh200"
+        if any(re.search(rf"(?<![a-z0-9]){re.escape(k)}(?![a-z0-9])", low) for k in keys):
+            return spec
+    return None
+
+
+def known_models() -> list[str]:
+    """Every model in the table (for the report's 'unknown GPU' note)."""
+    return [spec.model for _, spec in _TABLE]

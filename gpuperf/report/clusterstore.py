@@ -1,0 +1,143 @@
+"""The controller's store (SQLite, WAL): node summaries as they arrive and merged job summaries.
+
+Jobs carry the columns ``gpuperf jobs`` filters and sorts on (end time, user, waste, energy,
+GPU-hours), each indexed, so listing a week out of 100,000 jobs reads an index range. Summaries
+are stored zlib-compressed. The file is created mode 0600: job summaries are private to their
+owners, and users read theirs through ``gpuperf report`` (sacct) instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS node_summaries (
+  job_id INTEGER NOT NULL, node TEXT NOT NULL, received REAL NOT NULL, sender_uid INTEGER,
+  summary BLOB NOT NULL, PRIMARY KEY (job_id, node));
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id INTEGER PRIMARY KEY, user TEXT, uid INTEGER, start REAL, end REAL, nodes TEXT,
+  gpus INTEGER, gpu_hours REAL, wasted_gpu_hours REAL, energy_j REAL, class TEXT,
+  imbalanced INTEGER, partial INTEGER, stored REAL NOT NULL, summary BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end);
+CREATE INDEX IF NOT EXISTS jobs_user_end ON jobs (user, end);
+CREATE INDEX IF NOT EXISTS jobs_waste ON jobs (wasted_gpu_hours);
+CREATE INDEX IF NOT EXISTS jobs_energy ON jobs (energy_j);
+CREATE INDEX IF NOT EXISTS jobs_gpu_hours ON jobs (gpu_hours);
+"""
+
+SORTS = {"waste": "wasted_gpu_hours", "energy": "energy_j", "gpu-hours": "gpu_hours", "end": "end"}
+
+
+def default_path(cfg) -> str:
+    """``controller.store``, or ``<state_dir>/cluster.sqlite``."""
+    return cfg.controller.store or os.path.join(cfg.general.state_dir, "cluster.sqlite")
+
+
+def _pack(summary: dict) -> bytes:
+    return zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 6)
+
+
+def _unpack(blob: bytes) -> dict:
+    return json.loads(zlib.decompress(blob))
+
+
+class ClusterStore:
+    """Node summaries and merged job summaries of the whole cluster."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = str(path)
+        if readonly:
+            if not os.path.exists(self.path):
+                raise FileNotFoundError(self.path)
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            return
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.exists(self.path):
+            # created private before SQLite writes anything into it
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        self.db = sqlite3.connect(self.path, timeout=10)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    def __enter__(self) -> "ClusterStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # node summaries --------------------------------------------------------------------------
+    def put_node_summary(self, summary: dict, sender_uid: int | None = None) -> None:
+        """Keep one node's summary of a job (a resend replaces the earlier one)."""
+        job_id = int(summary["job_id"])
+        node = str((summary.get("nodes") or [""])[0])
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO node_summaries VALUES (?,?,?,?,?)",
+                            (job_id, node, time.time(), sender_uid, _pack(summary)))
+
+    def node_summaries(self, job_id: int) -> dict[str, dict]:
+        """node -> summary of every node that reported for a job."""
+        rows = self.db.execute("SELECT node, summary FROM node_summaries WHERE job_id=?", (int(job_id),))
+        return {node: _unpack(blob) for node, blob in rows}
+
+    # jobs --------------------------------------------------------------------------------------
+    def put_job(self, s: dict) -> None:
+        """Store a job's merged summary (replacing an earlier, e.g. partial, one)."""
+        job = s.get("job") or {}
+        with self.db:
+            self._insert_job(s, job)
+
+    def put_jobs(self, summaries: list[dict]) -> None:
+        """Store many summaries in one transaction (imports, benchmarks)."""
+        with self.db:
+            for s in summaries:
+                self._insert_job(s, s.get("job") or {})
+
+    def _insert_job(self, s: dict, job: dict) -> None:
+        diag = s.get("diagnosis") or {}
+        self.db.execute(
+            "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (int(s["job_id"]), s.get("user"), s.get("uid"), s.get("start"), s.get("end"), ",".join(s.get("nodes") or []),
+             job.get("gpu_count"), job.get("gpu_hours"), job.get("wasted_gpu_hours"), job.get("energy_j"),
+             diag.get("class"), int(bool(diag.get("imbalanced"))), int(bool((s.get("quality") or {}).get("partial"))),
+             time.time(), _pack(s)))
+
+    def job(self, job_id: int) -> dict | None:
+        """A job's merged summary, or None."""
+        row = self.db.execute("SELECT summary FROM jobs WHERE job_id=?", (int(job_id),)).fetchone()
+        return _unpack(row[0]) if row else None
+
+    def jobs(self, since: float | None = None, user: str | None = None, sort: str = "waste",
+             limit: int | None = None) -> list[dict[str, Any]]:
+        """Rows of ``gpuperf jobs`` (no summaries): ended since ``since``, of ``user``, largest first."""
+        col = SORTS[sort]
+        where, args = [], []
+        if since is not None:
+            where.append("end >= ?")
+            args.append(since)
+        if user is not None:
+            where.append("user = ?")
+            args.append(user)
+        sql = ("SELECT job_id, user, uid, start, end, nodes, gpus, gpu_hours, wasted_gpu_hours, energy_j, class, "
+               "imbalanced, partial FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+               + f" ORDER BY {col} DESC, job_id DESC")
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        names = ("job_id", "user", "uid", "start", "end", "nodes", "gpus", "gpu_hours", "wasted_gpu_hours",
+                 "energy_j", "class", "imbalanced", "partial")
+        out = []
+        for row in self.db.execute(sql, args):
+            d = dict(zip(names, row))
+            d["imbalanced"], d["partial"] = bool(d["imbalanced"]), bool(d["partial"])
+            out.append(d)
+        return out

@@ -1,0 +1,334 @@
+"""The job summary ``gpuperf.summary.v1``: what a job did with its GPUs, built from the daemon's aggregates.
+
+``node_summary(aggregates, context)`` turns one node's ``JobAggregates.to_dict()`` into a summary;
+``merge(node_summaries, expected_nodes)`` joins the nodes of a multi-node job into one. Both are
+pure apart from reading the env/affinity files the prolog left in the job's state directory.
+
+Shape (all numbers rounded; ``None`` where the sampler could not measure, never 0)::
+
+    {"schema": "gpuperf.summary.v1", "job_id", "user", "uid", "nodes": [..], "start", "end", "wall_s",
+     "gpus": [{"node", "gpu", "name", "samples", "seconds", "sm_active_pct", "sm_occupancy_pct",
+               "tensor_active_pct", "dram_active_pct", "fp16_active_pct", "fp32_active_pct",
+               "fp64_active_pct", "util_gpu_pct", "util_minus_sm_pct", "mem_peak_mib", "mem_total_mib",
+               "mem_peak_pct", "power_mean_w", "power_max_w", "power_limit_w", "energy_j", "energy_kwh",
+               "energy_source", "nvlink_tx_bytes", "nvlink_rx_bytes", "nvlink_bps", "pcie_tx_bytes",
+               "pcie_rx_bytes", "pcie_bps", "throttle_s": {reason: s}, "idle_s", "idle_pct", "temp_max_c",
+               "sm_clock_mhz"}],
+     "job": {the same quantities over all GPUs, "gpu_count", "gpu_hours", "wasted_gpu_hours",
+             "sm_active_spread_pct", "util_spread_pct"},
+     "hosts": {node: {"cpu_efficiency_pct", "cpu_time_s", "cpus_allocated", "rss_peak_mib", "iowait_pct"}},
+     "env": {node: {...}}, "affinity": {node: {...}},
+     "estimates": {"label", "model", "source", "peak_tensor_tflops", "tensor_tflops_upper", ...},
+     "quality": {"samples", "gaps", "gap_s", "partial", "reasons": [..], "nodes_expected", "nodes_missing"},
+     "diagnosis": {"class", "imbalanced", "evidence": [..], "recommendations": [..]}}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from gpuperf import diagnosis, gpuspecs, jobstate
+
+SCHEMA = "gpuperf.summary.v1"
+
+# GpuSample fields averaged into the summary: summary key -> metric name in the aggregates
+_MEANS: dict[str, str] = {
+    "sm_active_pct": "sm_active_pct",
+    "sm_occupancy_pct": "sm_occupancy_pct",
+    "tensor_active_pct": "tensor_active_pct",
+    "dram_active_pct": "dram_active_pct",
+    "fp16_active_pct": "fp16_active_pct",
+    "fp32_active_pct": "fp32_active_pct",
+    "fp64_active_pct": "fp64_active_pct",
+    "util_gpu_pct": "util_gpu_pct",
+    "power_mean_w": "power_w",
+    "sm_clock_mhz": "sm_clock_mhz",
+}
+_PCT_KEYS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct", "fp16_active_pct",
+             "fp32_active_pct", "fp64_active_pct", "util_gpu_pct")
+THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
+J_PER_KWH = 3.6e6
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x)
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _stat(metrics: dict, name: str, which: str) -> float | None:
+    m = metrics.get(name)
+    return _num(m.get(which)) if isinstance(m, dict) else None
+
+
+def _gpu_summary(node: str, index: str, g: dict) -> dict[str, Any]:
+    """One GPU's summary from its aggregates entry."""
+    metrics = g.get("metrics") or {}
+    seconds = _num(g.get("seconds")) or 0.0
+    out: dict[str, Any] = {"node": node, "gpu": int(index), "name": g.get("name"),
+                           "samples": int(g.get("samples") or 0), "seconds": _r(seconds)}
+    for key, metric in _MEANS.items():
+        out[key] = _r(_stat(metrics, metric, "mean"))
+    util, sm = out["util_gpu_pct"], out["sm_active_pct"]
+    # "100% utilization" only means a kernel was running; SM active says how much of the GPU it used
+    out["util_minus_sm_pct"] = _r(util - sm) if util is not None and sm is not None else None
+    mem_total = _num(g.get("mem_total_mib")) or _stat(metrics, "mem_total_mib", "max")
+    mem_peak = _stat(metrics, "mem_used_mib", "max")
+    out["mem_peak_mib"] = _r(mem_peak, 0)
+    out["mem_total_mib"] = _r(mem_total, 0)
+    out["mem_peak_pct"] = _r(100.0 * mem_peak / mem_total) if mem_peak is not None and mem_total else None
+    out["power_max_w"] = _r(_stat(metrics, "power_w", "max"))
+    out["power_limit_w"] = _r(_num(g.get("power_limit_w")) or _stat(metrics, "power_limit_w", "max"))
+    energy = _num(g.get("energy_j"))
+    out["energy_j"] = _r(energy, 0)
+    out["energy_kwh"] = _r(energy / J_PER_KWH, 4) if energy is not None else None
+    out["energy_source"] = g.get("energy_source")
+    for link in ("nvlink", "pcie"):
+        total = 0.0
+        known = False
+        for d in ("tx", "rx"):
+            b = _num(g.get(f"{link}_{d}_bytes"))
+            if b is None:
+                # older aggregates: bytes from the mean rate over the job
+                rate = _stat(metrics, f"{link}_{d}_bps", "mean")
+                b = rate * seconds if rate is not None else None
+            out[f"{link}_{d}_bytes"] = _r(b, 0)
+            if b is not None:
+                total += b
+                known = True
+        out[f"{link}_bps"] = _r(total / seconds, 0) if known and seconds > 0 else None
+    thr = g.get("throttle_s") or {}
+    out["throttle_s"] = {k: _r(_num(v) or 0.0) for k, v in thr.items() if _num(v)}
+    idle = _num(g.get("idle_s"))
+    out["idle_s"] = _r(idle)
+    out["idle_pct"] = _r(100.0 * idle / seconds) if idle is not None and seconds > 0 else None
+    out["temp_max_c"] = _r(_stat(metrics, "temp_c", "max"), 0)
+    return out
+
+
+def _wmean(gpus: list[dict], key: str) -> float | None:
+    """Mean of one per-GPU figure weighted by each GPU's seconds; GPUs without the figure left out."""
+    num = den = 0.0
+    for g in gpus:
+        v = g.get(key)
+        if v is None:
+            continue
+        w = g.get("seconds") or 0.0
+        num += v * w
+        den += w
+    return num / den if den > 0 else None
+
+
+def _sum(gpus: Iterable[dict], key: str) -> float | None:
+    vals = [g[key] for g in gpus if g.get(key) is not None]
+    return sum(vals) if vals else None
+
+
+def _max(gpus: Iterable[dict], key: str) -> float | None:
+    vals = [g[key] for g in gpus if g.get(key) is not None]
+    return max(vals) if vals else None
+
+
+def _spread(gpus: list[dict], key: str) -> float | None:
+    vals = [g[key] for g in gpus if g.get(key) is not None]
+    return max(vals) - min(vals) if len(vals) >= 2 else None
+
+
+def wasted_gpu_seconds(g: dict) -> float:
+    """GPU time not spent on SM work: seconds × (1 − SM active); without SM activity, idle seconds."""
+    seconds = g.get("seconds") or 0.0
+    sm = g.get("sm_active_pct")
+    if sm is not None:
+        return seconds * max(0.0, 1.0 - sm / 100.0)
+    util = g.get("util_gpu_pct")
+    if util is not None:
+        return seconds * max(0.0, 1.0 - util / 100.0)
+    return g.get("idle_s") or 0.0
+
+
+def job_totals(gpus: list[dict]) -> dict[str, Any]:
+    """The job-wide figures from its per-GPU summaries."""
+    out: dict[str, Any] = {"gpu_count": len(gpus)}
+    seconds = sum(g.get("seconds") or 0.0 for g in gpus)
+    out["gpu_hours"] = _r(seconds / 3600.0, 3)
+    out["wasted_gpu_hours"] = _r(sum(wasted_gpu_seconds(g) for g in gpus) / 3600.0, 3)
+    for key in (*_PCT_KEYS, "sm_clock_mhz"):
+        out[key] = _r(_wmean(gpus, key))
+    util, sm = out["util_gpu_pct"], out["sm_active_pct"]
+    out["util_minus_sm_pct"] = _r(util - sm) if util is not None and sm is not None else None
+    out["mem_peak_mib"] = _max(gpus, "mem_peak_mib")
+    out["mem_peak_pct"] = _max(gpus, "mem_peak_pct")
+    out["power_mean_w"] = _r(_sum(gpus, "power_mean_w"))          # all GPUs together
+    out["power_max_w"] = _max(gpus, "power_max_w")                # the highest of one GPU
+    out["power_limit_w"] = _max(gpus, "power_limit_w")
+    out["power_mean_pct_of_limit"] = _r(_wmean([dict(g, x=100.0 * g["power_mean_w"] / g["power_limit_w"])
+                                                for g in gpus if g.get("power_mean_w") is not None
+                                                and g.get("power_limit_w")], "x"))
+    energy = _sum(gpus, "energy_j")
+    out["energy_j"] = _r(energy, 0)
+    out["energy_kwh"] = _r(energy / J_PER_KWH, 4) if energy is not None else None
+    for k in ("nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes"):
+        out[k] = _sum(gpus, k)
+    # mean rate per GPU, the figure comparable with one GPU's link bandwidth
+    out["nvlink_bps"] = _r(_wmean(gpus, "nvlink_bps"), 0)
+    out["pcie_bps"] = _r(_wmean(gpus, "pcie_bps"), 0)
+    thr: dict[str, float] = {}
+    for g in gpus:
+        for k, v in (g.get("throttle_s") or {}).items():
+            thr[k] = _r(thr.get(k, 0.0) + v)
+    out["throttle_s"] = thr
+    idle = _sum(gpus, "idle_s")
+    out["idle_s"] = _r(idle)
+    out["idle_pct"] = _r(100.0 * idle / seconds) if idle is not None and seconds > 0 else None
+    out["temp_max_c"] = _max(gpus, "temp_max_c")
+    out["sm_active_spread_pct"] = _r(_spread(gpus, "sm_active_pct"))
+    out["util_spread_pct"] = _r(_spread(gpus, "util_gpu_pct"))
+    return out
+
+
+def host_summary(host: dict | None) -> dict[str, Any]:
+    """Host-side figures: CPU efficiency = CPU time / (allocated CPUs × wall time)."""
+    host = host or {}
+    cpu_s, ncpu, wall = _num(host.get("cpu_time_s")), _num(host.get("cpus_allocated")), _num(host.get("wall_s"))
+    eff = 100.0 * cpu_s / (ncpu * wall) if cpu_s is not None and ncpu and wall else None
+    return {"cpu_efficiency_pct": _r(eff), "cpu_time_s": _r(cpu_s), "cpus_allocated": None if ncpu is None else int(ncpu),
+            "wall_s": _r(wall), "rss_peak_mib": _r(_num(host.get("rss_peak_mib")), 0),
+            "iowait_pct": _r(_num(host.get("iowait_pct")))}
+
+
+def estimates(gpus: list[dict]) -> dict[str, Any]:
+    """Throughput and roofline estimates from activity × the model's dense peak (upper bounds, labelled)."""
+    names = sorted({g.get("name") or "" for g in gpus})
+    spec = gpuspecs.lookup(names[0]) if len(names) == 1 else None
+    out: dict[str, Any] = {"label": "estimate: pipe activity × the model's dense peak; an upper bound, not a measurement"}
+    if spec is None:
+        out["model"] = None
+        out["note"] = ("mixed GPU models" if len(names) > 1 else f"GPU model {names[0] or 'unknown'} not in gpuperf's table")
+        return out
+    tensor, dram = _wmean(gpus, "tensor_active_pct"), _wmean(gpus, "dram_active_pct")
+    fp32 = _wmean(gpus, "fp32_active_pct")
+    out.update(model=spec.model, source=spec.source, peak_tensor_tflops=spec.tensor_bf16_tflops,
+               peak_fp32_tflops=spec.fp32_tflops, peak_mem_bw_gbps=spec.mem_bw_gbps, fp8=spec.fp8,
+               ridge_flop_per_byte=_r(spec.tensor_bf16_tflops * 1e3 / spec.mem_bw_gbps))
+    # the busier of the tensor and FP32 pipes sets the compute estimate
+    cands = []
+    if tensor is not None:
+        cands.append(tensor / 100.0 * spec.tensor_bf16_tflops)
+    if fp32 is not None:
+        cands.append(fp32 / 100.0 * spec.fp32_tflops)
+    tflops = max(cands) if cands else None
+    bw = dram / 100.0 * spec.mem_bw_gbps if dram is not None else None
+    out["tensor_tflops_upper"] = _r(tensor / 100.0 * spec.tensor_bf16_tflops) if tensor is not None else None
+    out["tflops_upper_per_gpu"] = _r(tflops)
+    out["tflops_upper_job"] = _r(tflops * len(gpus)) if tflops is not None else None
+    out["dram_gbps"] = _r(bw)
+    if tflops is not None and bw:
+        intensity = tflops * 1e3 / bw                     # FLOP per byte of DRAM traffic
+        attainable = min(spec.tensor_bf16_tflops, intensity * spec.mem_bw_gbps / 1e3)
+        out["intensity_flop_per_byte"] = _r(intensity, 2)
+        out["roofline_side"] = "memory" if intensity < out["ridge_flop_per_byte"] else "compute"
+        out["attainable_tflops"] = _r(attainable)
+        out["roofline_pct"] = _r(100.0 * tflops / attainable) if attainable > 0 else None
+    return out
+
+
+def _quality(aggs: dict, gpus: list[dict]) -> dict[str, Any]:
+    gaps = aggs.get("gaps") or []
+    gap_s = sum(max(0.0, float(b) - float(a)) for a, b in gaps if _num(a) is not None and _num(b) is not None)
+    reasons = list(aggs.get("partial_reasons") or [])
+    partial = bool(aggs.get("partial"))
+    if partial and not reasons:
+        reasons.append("daemon marked the aggregates partial")
+    if not gpus:
+        partial = True
+        reasons.append("no GPU samples")
+    return {"samples": sum(g["samples"] for g in gpus), "gaps": len(gaps), "gap_s": _r(gap_s),
+            "partial": partial, "reasons": reasons}
+
+
+def read_job_files(job_dir: str | Path | None) -> tuple[dict | None, dict | None]:
+    """The env and affinity the prolog/TaskProlog recorded in the job's state dir (None when absent)."""
+    if not job_dir:
+        return None, None
+    d = Path(job_dir)
+    env = jobstate.read_json(d / "env.json")
+    affinity = jobstate.read_json(d / "affinity.json")
+    if affinity is None:
+        # per-task files (affinity.<rank>.json) where the plan is written per task
+        parts = {p.stem.split(".", 1)[1]: jobstate.read_json(p) for p in sorted(d.glob("affinity.*.json"))}
+        parts = {k: v for k, v in parts.items() if v is not None}
+        affinity = parts or None
+    return env, affinity
+
+
+def node_summary(aggregates: dict, context: dict) -> dict:
+    """One node's summary from its aggregates; context: job_id, user, uid, node, job_dir, env, affinity, thresholds."""
+    node = str(context.get("node") or aggregates.get("node") or "")
+    gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]
+    env, affinity = read_job_files(context.get("job_dir"))
+    env = context.get("env", env)
+    affinity = context.get("affinity", affinity)
+    start, end = _num(aggregates.get("start")), _num(aggregates.get("end"))
+    s: dict[str, Any] = {
+        "schema": SCHEMA,
+        "job_id": context.get("job_id", aggregates.get("job_id")),
+        "user": context.get("user"),
+        "uid": context.get("uid"),
+        "nodes": [node],
+        "start": start, "end": end,
+        "wall_s": _r(end - start) if start is not None and end is not None else None,
+        "gpus": gpus,
+        "job": job_totals(gpus),
+        "hosts": {node: host_summary(aggregates.get("host"))},
+        "env": {node: env} if env is not None else {},
+        "affinity": {node: affinity} if affinity is not None else {},
+        "estimates": estimates(gpus),
+        "quality": _quality(aggregates, gpus),
+    }
+    s["quality"]["nodes_expected"] = [node]
+    s["quality"]["nodes_missing"] = []
+    s["diagnosis"] = diagnosis.diagnose(s, thresholds=context.get("thresholds")).to_dict()
+    return s
+
+
+def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dict | None = None) -> dict:
+    """One summary for a multi-node job; nodes that did not report make it partial and are named."""
+    parts = [s for s in node_summaries if isinstance(s, dict) and s.get("schema") == SCHEMA]
+    nodes = sorted({n for s in parts for n in s.get("nodes", [])})
+    expected = list(expected_nodes) or nodes
+    missing = [n for n in expected if n not in nodes]
+    gpus = sorted((g for s in parts for g in s.get("gpus", [])), key=lambda g: (str(g.get("node")), g.get("gpu", 0)))
+    starts = [s["start"] for s in parts if s.get("start") is not None]
+    ends = [s["end"] for s in parts if s.get("end") is not None]
+    first = parts[0] if parts else {}
+    reasons: list[str] = []
+    for s in parts:
+        q = s.get("quality") or {}
+        if q.get("partial"):
+            reasons += [f"{','.join(s.get('nodes', []))}: {r}" for r in q.get("reasons", [])]
+    if missing:
+        reasons.append(f"no summary from {', '.join(missing)}")
+    start, end = (min(starts) if starts else None), (max(ends) if ends else None)
+    out: dict[str, Any] = {
+        "schema": SCHEMA,
+        "job_id": first.get("job_id"), "user": first.get("user"), "uid": first.get("uid"),
+        "nodes": nodes, "start": start, "end": end,
+        "wall_s": _r(end - start) if start is not None and end is not None else None,
+        "gpus": gpus, "job": job_totals(gpus),
+        "hosts": {k: v for s in parts for k, v in (s.get("hosts") or {}).items()},
+        "env": {k: v for s in parts for k, v in (s.get("env") or {}).items()},
+        "affinity": {k: v for s in parts for k, v in (s.get("affinity") or {}).items()},
+        "estimates": estimates(gpus),
+        "quality": {"samples": sum((s.get("quality") or {}).get("samples", 0) for s in parts),
+                    "gaps": sum((s.get("quality") or {}).get("gaps", 0) for s in parts),
+                    "gap_s": _r(sum((s.get("quality") or {}).get("gap_s", 0.0) for s in parts)),
+                    "partial": bool(missing or reasons or not parts), "reasons": reasons or ([] if parts else ["no node summaries"]),
+                    "nodes_expected": expected, "nodes_missing": missing},
+    }
+    out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds).to_dict()
+    return out
