@@ -65,13 +65,16 @@ def nvml_calls(sampler: Any) -> dict[str, tuple[float, float]]:
         "clock_sm": (lambda: q(m.nvmlDeviceGetClockInfo, h, 1), 500),
         "clocks_event_reasons": (lambda: q(sampler._throttle_fn, h), 500),
         "compute_processes": (lambda: q(m.nvmlDeviceGetComputeRunningProcesses, h), 200),
-        "field_values_counters": (lambda: q(m.nvmlDeviceGetFieldValues, h, [138, 139, 197, 198]), 200),
+        "field_values nvlink 138,139": (lambda: q(m.nvmlDeviceGetFieldValues, h, [138, 139]), 200),
+        "field_values pcie 197,198": (lambda: q(m.nvmlDeviceGetFieldValues, h, [197, 198]), 200),
         "total_energy (read_energy only)": (lambda: q(m.nvmlDeviceGetTotalEnergyConsumption, h), 50),
         "pcie_throughput (never called)": (lambda: q(m.nvmlDeviceGetPcieThroughput, h, 0), 10),
     }
     g = sampler.gpus[0].gpm
     if g is not None:
         calls["gpm_sample_get"] = (lambda: q(m.nvmlGpmSampleGet, h, g.cur), 100)
+        calls[f"gpm_metrics_get ({len(g.ids)} metrics)"] = (lambda: q(m.nvmlGpmMetricsGet, g.req), 100)
+        calls["gpm_sweep (get + metrics + python)"] = (g.sweep, 100)
     return {k: time_call(fn, n) for k, (fn, n) in calls.items()}
 
 
