@@ -163,11 +163,13 @@ def discover(root: Root, snap: dict[str, Any] | None, source: str = "live") -> d
         if n["bus_id"] and f"nic:{n['name']}" not in paths:
             paths[f"nic:{n['name']}"] = _path(root, pcie.read_device(root, n["bus_id"]).bridges, acs_cache)
     driver = (snap or {}).get("driver_version") if isinstance(snap, dict) else None
+    # always read: keeps sys/module non-empty in recordings (git drops empty directories) and is the fallback
+    driver_sysfs = root.read("sys/module/nvidia/version")
     return {
         "schema": SCHEMA,
         "hostname": root.read("proc/sys/kernel/hostname"),
         "source": source,
-        "driver_version": driver or root.read("sys/module/nvidia/version"),
+        "driver_version": driver or driver_sysfs,
         "gpus": gpus,
         "numa_nodes": numa_nodes(root),
         "cpus": cpus(root),
