@@ -39,18 +39,18 @@ SPANK_PLUGIN(gpuperf, 1);
 #define GP_HEADER "# gpuperf affinity plan v1"
 
 static char run_dir[GP_PATH / 2] = "/run/gpuperf";
-static int opt_off = 0; /* set by --gpuperf=off */
+static int opt_state = -1; /* --gpuperf: -1 not given, 0 on, 1 off */
 
 static int opt_cb(int val, const char *optarg, int remote)
 {
 	(void)val;
 	(void)remote;
 	if (optarg == NULL || strcmp(optarg, "on") == 0) {
-		opt_off = 0;
+		opt_state = 0;
 		return 0;
 	}
 	if (strcmp(optarg, "off") == 0) {
-		opt_off = 1;
+		opt_state = 1;
 		return 0;
 	}
 	slurm_error("gpuperf: --gpuperf=%s: expected off or on", optarg);
@@ -76,13 +76,23 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	return 0;
 }
 
-/* Tell the TaskProlog and the job: GPUPERF=off. Remote context only (slurmstepd). */
+/*
+ * Tell the prolog (sbatch/srun: job control environment, seen there as SPANK_GPUPERF) and the
+ * TaskProlog and the job (slurmstepd: GPUPERF) whether gpuperf is off. An explicit option
+ * overrides a GPUPERF inherited from the batch step, so `srun --gpuperf=on` inside an
+ * `sbatch --gpuperf=off` job is on.
+ */
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
 	(void)ac;
 	(void)av;
-	if (opt_off && spank_remote(sp) == 1)
-		spank_setenv(sp, "GPUPERF", "off", 1);
+	if (opt_state < 0)
+		return 0;
+	const char *v = opt_state ? "off" : "on";
+	if (spank_remote(sp) == 1)
+		spank_setenv(sp, "GPUPERF", v, 1);
+	else
+		spank_job_control_setenv(sp, "GPUPERF", v, 1);
 	return 0;
 }
 
@@ -251,8 +261,8 @@ static void write_applied(const struct task_id *t, const char *status, const cha
 static int is_off(spank_t sp)
 {
 	char v[16];
-	if (opt_off)
-		return 1;
+	if (opt_state >= 0)
+		return opt_state;
 	return spank_getenv(sp, "GPUPERF", v, sizeof(v)) == ESPANK_SUCCESS && strcmp(v, "off") == 0;
 }
 
@@ -310,6 +320,34 @@ static int find_line(const struct task_id *t, char *line, size_t size, char *why
 	return rc;
 }
 
+/*
+ * OMP_NUM_THREADS/OMP_PLACES for this rank, unless the user set them. What we set is
+ * remembered in GPUPERF_OMP, so values inherited from our own batch-step pinning (srun
+ * inside sbatch copies the batch environment) are replaced, not mistaken for the user's.
+ */
+static void set_omp(spank_t sp, const char *line)
+{
+	char threads[16], places[GP_LINE / 4], cur_t[16], cur_p[GP_LINE / 4], mark[GP_LINE / 2], want[GP_LINE / 2];
+	copy_field(line, "omp_threads", threads, sizeof(threads));
+	copy_field(line, "omp_places", places, sizeof(places));
+	if (!threads[0] || strcmp(threads, "0") == 0 || !places[0] || strcmp(places, "none") == 0)
+		return;
+	int has_t = spank_getenv(sp, "OMP_NUM_THREADS", cur_t, sizeof(cur_t)) == ESPANK_SUCCESS;
+	int has_p = spank_getenv(sp, "OMP_PLACES", cur_p, sizeof(cur_p)) == ESPANK_SUCCESS;
+	int has_m = spank_getenv(sp, "GPUPERF_OMP", mark, sizeof(mark)) == ESPANK_SUCCESS;
+	char *sep = has_m ? strchr(mark, ' ') : NULL;
+	if (sep)
+		*sep++ = '\0';
+	int ours_t = !has_t || (sep && strcmp(mark, cur_t) == 0);
+	int ours_p = !has_p || (sep && strcmp(sep, cur_p) == 0);
+	if (!ours_t || !ours_p)
+		return; /* the user chose their threading: leave both alone, consistent with each other */
+	snprintf(want, sizeof(want), "%s %s", threads, places);
+	spank_setenv(sp, "OMP_NUM_THREADS", threads, 1);
+	spank_setenv(sp, "OMP_PLACES", places, 1);
+	spank_setenv(sp, "GPUPERF_OMP", want, 1);
+}
+
 /* Apply one plan line. Returns 0 when the CPUs were set, -1 (task left unpinned) otherwise. */
 static int apply_line(spank_t sp, const struct task_id *t, const char *line, char *mem, size_t memsize)
 {
@@ -360,14 +398,7 @@ static int apply_line(spank_t sp, const struct task_id *t, const char *line, cha
 				    t->job, t->rank, policy, (int)strcspn(mems, " "), mems, strerror(errno));
 		}
 	}
-	char threads[16], places[GP_LINE / 2];
-	copy_field(line, "omp_threads", threads, sizeof(threads));
-	copy_field(line, "omp_places", places, sizeof(places));
-	/* overwrite=0: a value the user set wins */
-	if (threads[0] && strcmp(threads, "0") != 0)
-		spank_setenv(sp, "OMP_NUM_THREADS", threads, 0);
-	if (places[0] && strcmp(places, "none") != 0)
-		spank_setenv(sp, "OMP_PLACES", places, 0);
+	set_omp(sp, line);
 	return 0;
 }
 
