@@ -161,7 +161,7 @@ def discover(root: Root, snap: dict[str, Any] | None, source: str = "live") -> d
     found_nics = nics.nics(root, netaddr.ipv4(root))
     for n in found_nics:
         if n["bus_id"] and f"nic:{n['name']}" not in paths:
-            paths[f"nic:{n['name']}"] = _path(root, pcie.read_device(root, n["bus_id"]).bridges, acs_cache)
+            paths[f"nic:{n['name']}"] = _path(root, pcie.bridges_of(root, n["bus_id"]), acs_cache)
     driver = (snap or {}).get("driver_version") if isinstance(snap, dict) else None
     # always read: keeps sys/module non-empty in recordings (git drops empty directories) and is the fallback
     driver_sysfs = root.read("sys/module/nvidia/version")

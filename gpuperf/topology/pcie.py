@@ -92,10 +92,7 @@ class PciDevice:
 def read_device(root: Root, bus_id: str) -> PciDevice:
     """Read a PCI function by bus id (``0000:18:00.0``); every field None when sysfs lacks it."""
     d = ("sys/bus/pci/devices", bus_id)
-    real = root.realpath(*d)
-    bridges = None
-    if real is not None:
-        bridges = bridge_chain(root.rel(real))
+    bridges = bridges_of(root, bus_id)
     return PciDevice(
         bus_id=bus_id,
         numa_node=numa_or_none(root.read_int(*d, "numa_node")),
@@ -107,6 +104,12 @@ def read_device(root: Root, bus_id: str) -> PciDevice:
         bridges=bridges,
         driver=root.link_name(*d, "driver"),
     )
+
+
+def bridges_of(root: Root, bus_id: str) -> list[str] | None:
+    """Bridges from a PCI function up to its root port (nearest first); None when sysfs lacks the device."""
+    real = root.realpath("sys/bus/pci/devices", bus_id)
+    return None if real is None else bridge_chain(root.rel(real))
 
 
 def bridge_chain(rel_devpath: str) -> list[str]:
