@@ -1,0 +1,168 @@
+"""``gpuperf report JOBID [--json] [--html FILE]``: a job's efficiency report.
+
+The summary comes from the first source that has it: the node daemon (running jobs, live), the
+controller's store, the node daemon's store of finished jobs, and finally the AdminComment in
+sacct, so a report survives the loss of the node. Users read only their own jobs; root and
+``general.admin_users`` read all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuperf import admincomment, config as config_mod, jobstate, summary as summary_mod
+from gpuperf.report import clusterstore
+from gpuperf.slurm import Slurm, SlurmError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``gpuperf report``."""
+    p.add_argument("job_id", type=int, metavar="JOBID")
+    p.add_argument("--json", action="store_true", help="print the full summary (gpuperf.summary.v1) as JSON")
+    p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
+    p.add_argument("--source", choices=("auto", "daemon", "controller", "sacct"), default="auto",
+                   help="where to read the summary (default: the first that has it)")
+
+
+@dataclass
+class Found:
+    """A job's summary, where it came from, and its series when the node still has them."""
+
+    summary: dict
+    source: str
+    series: dict | None = None
+    tried: list[str] = field(default_factory=list)
+
+
+def is_admin(cfg, uid: int) -> bool:
+    """root, or a user named in ``general.admin_users``."""
+    if uid == 0:
+        return True
+    try:
+        return pwd.getpwuid(uid).pw_name in cfg.general.admin_users
+    except KeyError:
+        return False
+
+
+def _from_daemon(cfg, job_id: int, want_live: bool) -> dict | None:
+    from gpuperf.daemon import client
+
+    got = client.job_aggregates(cfg, job_id)
+    aggs, reg = got.get("aggregates"), got.get("job") or {}
+    if not aggs or (got.get("state") == "running") != want_live:
+        return None
+    ctx = {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
+           "job_dir": str(jobstate.job_dir(cfg.general.run_dir, job_id)), "thresholds": cfg.report.thresholds}
+    s = summary_mod.node_summary(aggs, ctx)
+    s["live"] = want_live
+    return s
+
+
+def _series(cfg, job_id: int, max_points: int) -> dict | None:
+    try:
+        from gpuperf.daemon import client
+
+        return client.request(cfg, "series", {"job_id": job_id, "max_points": max_points}).get("series") or None
+    except Exception:  # noqa: BLE001 - no daemon or job gone: the page has no charts, says so
+        return None
+
+
+def _from_controller(cfg, job_id: int) -> dict | None:
+    with clusterstore.ClusterStore(clusterstore.default_path(cfg), readonly=True) as store:
+        return store.job(job_id)
+
+
+def _from_job_dir(cfg, job_id: int) -> dict | None:
+    s = jobstate.read_json(jobstate.job_dir(cfg.general.run_dir, job_id) / "node_summary.json")
+    return s if isinstance(s, dict) and s.get("schema") == summary_mod.SCHEMA else None
+
+
+def _from_sacct(cfg, job_id: int) -> dict | None:
+    text = Slurm(cfg.general.slurm_bin_dir).admin_comment(job_id)
+    if not admincomment.is_admincomment(text):
+        return None
+    return admincomment.decode(text)
+
+
+def find(cfg, job_id: int, source: str = "auto") -> Found | None:
+    """The job's summary from the first source that has it (errors of a source are noted, not raised)."""
+    steps: list[tuple[str, Any]] = []
+    if source in ("auto", "daemon"):
+        steps.append(("daemon (running)", lambda: _from_daemon(cfg, job_id, True)))
+    if source in ("auto", "controller"):
+        steps.append(("controller store", lambda: _from_controller(cfg, job_id)))
+    if source in ("auto", "daemon"):
+        steps.append(("node daemon store", lambda: _from_daemon(cfg, job_id, False)))
+        steps.append(("node job dir", lambda: _from_job_dir(cfg, job_id)))
+    if source in ("auto", "sacct"):
+        steps.append(("sacct AdminComment", lambda: _from_sacct(cfg, job_id)))
+    tried = []
+    for name, fn in steps:
+        try:
+            s = fn()
+        except Exception as e:  # noqa: BLE001 - a missing daemon/store/sacct just means the next source
+            tried.append(f"{name}: {type(e).__name__}: {e}")
+            continue
+        if s:
+            return Found(s, name, tried=tried)
+        tried.append(f"{name}: no summary")
+    return Found({}, "", tried=tried) if tried else None
+
+
+def owner_uid(cfg, job_id: int, s: dict) -> int | None:
+    """The job's uid: from the summary, else from sacct."""
+    if isinstance(s.get("uid"), int):
+        return s["uid"]
+    try:
+        uid = Slurm(cfg.general.slurm_bin_dir).sacct_job(job_id, ("JobID", "UID")).get("UID", "")
+        return int(uid) if uid.isdigit() else None
+    except SlurmError:
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print (or write) the report; 0 on success, 1 when not found or not allowed, 2 on a config error."""
+    try:
+        cfg = config_mod.load()
+    except config_mod.ConfigError as e:
+        print(f"gpuperf report: {e}", file=sys.stderr)
+        return 2
+    found = find(cfg, args.job_id, args.source)
+    if found is None or not found.summary:
+        print(f"gpuperf report: no summary for job {args.job_id}", file=sys.stderr)
+        for t in (found.tried if found else []):
+            print(f"  {t}", file=sys.stderr)
+        return 1
+    s = found.summary
+    caller = os.getuid()
+    if not is_admin(cfg, caller) and owner_uid(cfg, args.job_id, s) != caller:
+        print(f"gpuperf report: job {args.job_id} is not yours; only its owner and admins may read it", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(s, indent=1, sort_keys=True))
+    if args.html:
+        from gpuperf.report import html
+
+        # the node's daemon keeps series of its own GPUs for a while, whatever source had the summary
+        series = _series(cfg, args.job_id, cfg.report.html_max_points)
+        page = html.render(s, series, cfg.report.html_max_points)
+        try:
+            with open(args.html, "w", encoding="utf-8") as f:
+                f.write(page)
+        except OSError as e:
+            print(f"gpuperf report: cannot write {args.html}: {e.strerror}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.html} ({len(page) // 1024} KiB, summary from {found.source})", file=sys.stderr)
+    if not args.json and not args.html:
+        from gpuperf.report import terminal
+
+        width = min(os.get_terminal_size().columns, 130) if sys.stdout.isatty() else 110
+        sys.stdout.write(terminal.render(s, width=width, color=sys.stdout.isatty()))
+        print(f"(summary from {found.source})")
+    return 0

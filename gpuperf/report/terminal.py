@@ -1,0 +1,211 @@
+"""The terminal report of a job (``gpuperf report JOBID``): bars per GPU, diagnosis, recommendations."""
+
+from __future__ import annotations
+
+import io
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+BAR_WIDTH = 10
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}%"
+
+
+def _bar(pct: float | None, good_high: bool = True) -> Text:
+    """A 10-cell bar with the value; green/yellow/red where higher is better (or worse)."""
+    if pct is None:
+        return Text("·" * BAR_WIDTH + "  n/a", style="dim")
+    p = max(0.0, min(100.0, pct))
+    full = int(round(p / 100 * BAR_WIDTH))
+    score = p if good_high else 100 - p
+    style = "green" if score >= 60 else "yellow" if score >= 25 else "red"
+    return Text("█" * full, style=style) + Text("░" * (BAR_WIDTH - full), style="dim") + Text(f" {p:3.0f}%")
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000:
+            return f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} EB"
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "n/a"
+    s = int(s)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (f"{d}d " if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _when(t: float | None) -> str:
+    return "n/a" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _header(s: dict) -> Text:
+    job, q = s.get("job") or {}, s.get("quality") or {}
+    names = sorted({g.get("name") or "?" for g in s.get("gpus") or []})
+    t = Text()
+    t.append(f"Job {s.get('job_id')}", style="bold")
+    t.append(f"  user {s.get('user') or '?'}  nodes {','.join(s.get('nodes') or []) or '?'}"
+             f"  {job.get('gpu_count', 0)} GPU(s) {', '.join(names)}\n")
+    t.append(f"{_when(s.get('start'))} → {_when(s.get('end'))}  wall {_dur(s.get('wall_s'))}"
+             f"  GPU-hours {job.get('gpu_hours', 0):.2f}  wasted {job.get('wasted_gpu_hours', 0):.2f}")
+    if s.get("live"):
+        t.append("  [running: live from the node daemon]", style="cyan")
+    if q.get("partial"):
+        t.append("\nPARTIAL: " + "; ".join(q.get("reasons") or []), style="bold yellow")
+    return t
+
+
+def _diagnosis(s: dict) -> Panel:
+    d = s.get("diagnosis") or {}
+    body = Text()
+    cls = str(d.get("class") or "unknown")
+    body.append(cls.replace("_", "-").upper(), style="bold magenta")
+    if d.get("imbalanced"):
+        body.append("  + IMBALANCED", style="bold yellow")
+    for e in d.get("evidence") or []:
+        body.append(f"\n  • {e}")
+    for n in d.get("notes") or []:
+        body.append(f"\n  ! {n}", style="yellow")
+    recs = d.get("recommendations") or []
+    if recs:
+        body.append("\nRecommendations:", style="bold")
+        for i, r in enumerate(recs, 1):
+            body.append(f"\n  {i}. {r}")
+    return Panel(body, title="Diagnosis", expand=True)
+
+
+def _gpu_table(s: dict) -> Table:
+    multi = len(s.get("nodes") or []) > 1
+    t = Table(title="Per GPU (means over the job)", expand=False, pad_edge=False)
+    t.add_column("GPU", justify="right")
+    for name in ("SM active", "Tensor", "DRAM"):
+        t.add_column(name)
+    t.add_column("Util", justify="right")
+    t.add_column("Mem peak")
+    t.add_column("Power W", justify="right")
+    t.add_column("kWh", justify="right")
+    t.add_column("Idle", justify="right")
+    for g in s.get("gpus") or []:
+        label = f"{g.get('node')}:{g.get('gpu')}" if multi else str(g.get("gpu"))
+        util = Text(_pct(g.get("util_gpu_pct")))
+        if (g.get("util_minus_sm_pct") or 0) >= 40:
+            util.stylize("bold red")     # the "100% utilization, little SM work" trap
+        power = "n/a" if g.get("power_mean_w") is None else f"{g['power_mean_w']:.0f}/{g.get('power_limit_w') or 0:.0f}"
+        kwh = "n/a" if g.get("energy_kwh") is None else f"{g['energy_kwh']:.3f}"
+        t.add_row(label, _bar(g.get("sm_active_pct")), _bar(g.get("tensor_active_pct")),
+                  _bar(g.get("dram_active_pct"), good_high=False), util, _bar(g.get("mem_peak_pct")),
+                  power, kwh, _pct(g.get("idle_pct")))
+    return t
+
+
+def _totals(s: dict) -> Table:
+    job = s.get("job") or {}
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    thr = job.get("throttle_s") or {}
+    t.add_row("Energy", f"{job.get('energy_kwh') or 0:.3f} kWh ({job.get('energy_j') or 0:,.0f} J)")
+    t.add_row("Power", f"mean {job.get('power_mean_w') or 0:.0f} W all GPUs, max {job.get('power_max_w') or 0:.0f} W "
+                       f"one GPU ({_pct(job.get('power_mean_pct_of_limit'))} of limit)")
+    t.add_row("Utilization vs SM", f"NVML util {_pct(job.get('util_gpu_pct'))}, SM active {_pct(job.get('sm_active_pct'))}"
+                                   f" (difference {_pct(job.get('util_minus_sm_pct'))})")
+    t.add_row("NVLink", f"{_bytes((job.get('nvlink_tx_bytes') or 0) + (job.get('nvlink_rx_bytes') or 0))}, "
+                        f"{_bytes(job.get('nvlink_bps'))}/s per GPU")
+    t.add_row("PCIe", f"{_bytes((job.get('pcie_tx_bytes') or 0) + (job.get('pcie_rx_bytes') or 0))}, "
+                      f"{_bytes(job.get('pcie_bps'))}/s per GPU")
+    t.add_row("Throttling", ", ".join(f"{k} {v:.0f} s" for k, v in thr.items() if v) or "none")
+    t.add_row("Idle", f"{job.get('idle_s') or 0:.0f} GPU-s without a kernel ({_pct(job.get('idle_pct'))})")
+    for node, h in (s.get("hosts") or {}).items():
+        t.add_row(f"Host {node}", f"CPU efficiency {_pct(h.get('cpu_efficiency_pct'))} of {h.get('cpus_allocated') or '?'} CPUs, "
+                                  f"RSS peak {h.get('rss_peak_mib') or 0:.0f} MiB, I/O wait {_pct(h.get('iowait_pct'))}")
+    e = s.get("estimates") or {}
+    if e.get("model"):
+        line = (f"{e['model']}: ≤ {e.get('tflops_upper_per_gpu') or 0:.0f} TFLOP/s per GPU of {e['peak_tensor_tflops']:.0f} dense peak, "
+                f"DRAM {e.get('dram_gbps') or 0:.0f} of {e['peak_mem_bw_gbps']:.0f} GB/s")
+        if e.get("intensity_flop_per_byte") is not None:
+            line += f"; {e['intensity_flop_per_byte']:.0f} FLOP/B, {e['roofline_side']}-side of the roofline (ridge {e['ridge_flop_per_byte']:.0f})"
+        t.add_row("Estimates", Text(line + "\n(" + e["label"] + ")", style="italic"))
+    elif e:
+        t.add_row("Estimates", Text(e.get("note") or "n/a", style="italic"))
+    return t
+
+
+def _setup(s: dict) -> Table | None:
+    env, aff = s.get("env") or {}, s.get("affinity") or {}
+    if not env and not aff:
+        return None
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    for node, e in env.items():
+        items = e.get("vars", e) if isinstance(e, dict) else {}
+        vals = [f"{k}={v.get('value') if isinstance(v, dict) else v}" for k, v in items.items()] if isinstance(items, dict) else []
+        t.add_row(f"Env {node}", " ".join(vals) or "none")
+    for node, a in aff.items():
+        t.add_row(f"Affinity {node}", _affinity_text(a))
+    return t
+
+
+def _affinity_text(a: Any) -> str:
+    if isinstance(a, dict):
+        parts = []
+        for k, v in a.items():
+            if isinstance(v, dict) and "cpus" in v:
+                parts.append(f"rank {k}: GPU {v.get('gpu')} cpus {_cpus(v.get('cpus'))}")
+        if parts:
+            return "; ".join(parts)
+    return str(a)[:200]
+
+
+def _cpus(c: Any) -> str:
+    if isinstance(c, list) and c and all(isinstance(x, int) for x in c):
+        if c == list(range(c[0], c[-1] + 1)):
+            return f"{c[0]}-{c[-1]}"
+        return ",".join(map(str, c))
+    return str(c)
+
+
+def _quality(s: dict) -> Text:
+    q = s.get("quality") or {}
+    t = Text(f"{q.get('samples', 0)} samples, {q.get('gaps', 0)} gap(s) totalling {q.get('gap_s') or 0:.0f} s", style="dim")
+    if q.get("nodes_missing"):
+        t.append(f"; no summary from {', '.join(q['nodes_missing'])}", style="yellow")
+    if (s.get("truncated")):
+        t.append(f"; from the AdminComment without {', '.join(s['truncated'])}", style="dim")
+    return t
+
+
+def renderable(s: dict) -> Group:
+    """The report as a rich renderable."""
+    parts: list[Any] = [_header(s), _diagnosis(s)]
+    if s.get("gpus"):
+        parts.append(_gpu_table(s))
+    parts.append(_totals(s))
+    setup = _setup(s)
+    if setup is not None:
+        parts.append(setup)
+    parts.append(_quality(s))
+    return Group(*parts)
+
+
+def render(s: dict, width: int = 110, color: bool = False) -> str:
+    """The report as text (ANSI colours when ``color``)."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                      highlight=False)
+    console.print(renderable(s))
+    return buf.getvalue()
