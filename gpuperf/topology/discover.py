@@ -146,6 +146,8 @@ def _gdr(root: Root) -> dict[str, Any]:
 def discover(root: Root, snap: dict[str, Any] | None, source: str = "live") -> dict[str, Any]:
     """The whole topology dict of the node behind ``root`` and ``snap`` (the gpus.json dict, or None)."""
     notes: list[str] = []
+    if not root.live and not root.exists("sys"):
+        notes.append(f"{root.base} has no sys/ directory: not a recorded node")
     snap_gpus = _snapshot_gpus(snap, root, notes)
     nvl = nvlink_view([g for g in snap_gpus if not g.get("_sysfs_only")])
     acs_cache: dict[str, dict[str, Any]] = {}

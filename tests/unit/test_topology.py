@@ -116,7 +116,7 @@ def test_h100_vm_recorded_one_gpu_numa_unknown_gen5_x16():
     assert len(t["gpus"]) == 1
     g = t["gpus"][0]
     assert g["numa_node"] is None
-    assert g["pcie"]["max_gen"] == 5 and g["pcie"]["max_width"] == 16 and g["pcie"]["width"] == 16
+    assert g["pcie"] == {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16}
     assert g["arch"] == "hopper" and g["name"].startswith("NVIDIA H100")
     assert g["nvlink"]["peers"] == []
 
@@ -129,7 +129,7 @@ def test_h200x4_vm_four_gpus_18_links_each_reaching_the_other_three():
     for g in t["gpus"]:
         assert g["nvlink"]["links"] == 18
         assert g["nvlink"]["peers"] == [i for i in range(4) if i != g["index"]]
-        assert (g["pcie"]["max_gen"], g["pcie"]["max_width"]) == (5, 16)
+        assert g["pcie"] == {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16}
 
 
 # --- bad input -----------------------------------------------------------------------------------
@@ -181,6 +181,12 @@ def test_unreadable_gpus_json_falls_back_to_sysfs_gpus(tmp_path):
     assert all(g["uuid"] is None and g["nvlink"]["links"] is None for g in t["gpus"])
     assert [g["numa_node"] for g in t["gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
     assert any("sysfs only" in n for n in t["notes"])
+
+
+def test_load_node_on_a_directory_that_is_no_recording_says_so(tmp_path):
+    t = load_node(str(tmp_path)).topology
+    assert t["gpus"] == [] and t["numa_nodes"] == [] and t["gdr"]["loaded"] is None
+    assert any("not a recorded node" in n for n in t["notes"])
 
 
 def test_missing_gpus_json_is_an_error_in_the_snapshot(tmp_path):
