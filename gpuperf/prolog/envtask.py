@@ -1,0 +1,150 @@
+"""TaskProlog step ``env``: print the job's cached environment as ``export NAME=value`` lines.
+
+Runs as the job user in every task, on the job's environment. Reads only the prolog's cache
+(``env.json``); never discovers topology (too slow for a task's start). Variables the user set
+win; ``GPUPERF=off`` or a disabled/broken config exports nothing. ``exports_for`` gives the same
+list to ``gpuperf-run``, computing the plan from the topology when no cache exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from gpuperf import envpolicy, jobstate
+from gpuperf.envpolicy import EnvPlan
+
+CACHE = "env.json"
+TASK_DIR = "env"
+
+
+def cpus_of_task(environ: Mapping[str, str]) -> int | None:
+    """The task's CPUs: what it asked for (SLURM_CPUS_PER_TASK), else the CPUs it may run on."""
+    v = environ.get("SLURM_CPUS_PER_TASK", "")
+    if v.isdigit() and int(v) > 0:
+        return int(v)
+    try:
+        return len(os.sched_getaffinity(0)) or None
+    except OSError:
+        return None
+
+
+def gpus_of_task(environ: Mapping[str, str], fallback: int = 1) -> int:
+    """How many GPUs the task sees (CUDA_VISIBLE_DEVICES), else ``fallback``."""
+    cvd = environ.get("CUDA_VISIBLE_DEVICES")
+    if cvd and cvd.strip() not in ("", "NoDevFiles"):
+        return len([x for x in cvd.split(",") if x.strip()])
+    return max(1, fallback)
+
+
+def version_for_task(cfg: Any, cache: dict[str, Any] | None, environ: Mapping[str, str]):
+    """The NCCL the task will most likely load: its environment's, the config's, else the node's."""
+    from gpuperf.ncclver import nccl_from_env
+
+    v, src = nccl_from_env(environ)
+    if v:
+        return v, src
+    v = envpolicy.parse_version(getattr(cfg.env, "nccl_version", "") or None)
+    if v:
+        return v, "config [env] nccl_version"
+    if cache:
+        v = envpolicy.parse_version(cache.get("nccl_system"))
+        if v:
+            return v, cache.get("nccl_system_source") or "system"
+    return None, None
+
+
+def task_plan(cache: dict[str, Any], cfg: Any, environ: Mapping[str, str], job_gpus: int = 1) -> EnvPlan:
+    """The cached plan finished for one task (per-task values, NCCL version, the user's variables win)."""
+    plan = EnvPlan.from_dict(cache)
+    if plan.disabled:
+        return plan
+    v, src = version_for_task(cfg, cache, environ)
+    return envpolicy.finalize_task(plan, envpolicy.user_set(environ), cpus_of_task(environ),
+                                   gpus_of_task(environ, job_gpus), v, src)
+
+
+def exports(plan: EnvPlan) -> list[tuple[str, str]]:
+    """The (name, value) pairs to export, the marker last; [] when disabled or empty."""
+    pairs = [(v.name, v.value) for v in plan.vars] if not plan.disabled else []
+    if not pairs:
+        return []
+    omp = plan.get("OMP_NUM_THREADS")
+    if omp is not None and omp.rule == "default:omp_threads":
+        # the affinity SPANK plugin runs after the TaskProlog and knows the rank's exact CPUs:
+        # marked this way, it replaces our per-task estimate instead of keeping it as the user's
+        pairs.append((envpolicy.AFFINITY_OMP_MARKER, envpolicy.affinity_omp_marker(omp.value)))
+    return pairs + [(envpolicy.MARKER, envpolicy.marker(pairs))]
+
+
+def off_reason(ctx: Any, cfg: Any) -> str | None:
+    """Why nothing is injected for this job (``envpolicy.off_reason`` on the hook's config and context)."""
+    return envpolicy.off_reason(cfg.error if cfg.degraded else None, cfg.env.enabled, ctx.env_gpuperf)
+
+
+def cache_path(cfg: Any, job_id: int) -> Path:
+    """Where the prolog leaves the job's plan."""
+    return jobstate.job_dir(cfg.general.run_dir, job_id) / CACHE
+
+
+def read_cache(cfg: Any, job_id: int) -> dict[str, Any] | None:
+    """The prolog's plan for this job, or None."""
+    return jobstate.read_json(cache_path(cfg, job_id))
+
+
+def step(ctx: Any, cfg: Any, state: Any) -> None:
+    """TaskProlog step: print ``export`` lines for the cached plan (nothing when off or absent)."""
+    why = off_reason(ctx, cfg)
+    cache = None if why or ctx.job_id is None else read_cache(cfg, ctx.job_id)
+    if cache is None:
+        state.data["env"] = {"exported": [], "disabled": why or "no cached plan for this job"}
+        return
+    plan = task_plan(cache, cfg, os.environ, len(ctx.gpus) or 1)
+    pairs = exports(plan)
+    out = [f"export {n}={v}" for n, v in pairs]
+    if pairs and cfg.env.notice:
+        names = ", ".join(n for n, _ in pairs[:-1])
+        out.append(f"print gpuperf: set {names} for this node (GPUPERF=off to opt out; `gpuperf env --explain` says why)")
+    if out:
+        sys.stdout.write("\n".join(out) + "\n")
+        sys.stdout.flush()
+    record = {"exported": pairs[:-1], "disabled": plan.disabled,
+              "user_kept": sorted(s.name for s in plan.skipped if s.reason == envpolicy.USER_WINS)}
+    state.data["env"] = record
+    _record_step(cfg, ctx, record)
+
+
+def _record_step(cfg: Any, ctx: Any, record: dict[str, Any]) -> None:
+    """Once per step and node: what was exported, into the job's user-owned env/ dir, for the report."""
+    step_id = ctx.step_id or "unknown"
+    path = cache_path(cfg, ctx.job_id).parent / TASK_DIR / f"step-{step_id}.json"
+    if os.path.exists(path):
+        return
+    # forced variables the user set (NCCL_ALGO=Tree, ...) are what a report most needs to mention
+    forced = {n: os.environ[n] for n in envpolicy.user_set(os.environ) if n in envpolicy.FORCE_REQUIRED}
+    rec = dict(record, step=step_id, user_forced=forced)
+    try:
+        jobstate.write_json(path, rec, mode=0o600)
+    except OSError:
+        pass  # the report says "not recorded"; the task must not fail over it
+
+
+def exports_for(ctx: Any, cfg: Any, environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """What to export for one task (gpuperf-run): the cached plan, or one computed from the topology."""
+    if off_reason(ctx, cfg):
+        return []
+    cache = read_cache(cfg, ctx.job_id) if ctx.job_id is not None else None
+    if cache is None:
+        from gpuperf.prolog import envplan
+
+        gpus = list(ctx.gpus) if ctx.gpus else None
+        topo = envplan.load_topology(cfg)
+        if gpus is None:
+            gpus = [g.get("index") for g in topo.get("gpus") or []]
+        plan, _ = envplan.compute(ctx, cfg, topo, environ=environ, gpus=gpus)
+        cache = plan.to_dict()
+        sys_v, sys_src = envplan.nccl_system()
+        cache.update(nccl_system=".".join(map(str, sys_v)) if sys_v else None, nccl_system_source=sys_src)
+    return exports(task_plan(cache, cfg, environ, len(ctx.gpus) or 1))
