@@ -31,6 +31,9 @@ DEFAULTS: dict[str, float] = {
     # For multi-node jobs, PCIe carries the network traffic (GPUDirect RDMA); 10 GB/s is most of a
     # 100-200 Gb/s NIC, so the job spends its time on the network.
     "comm_pcie_gbps": 10.0,
+    # Ethernet traffic per node while RDMA ports stay quiet: 1 GB/s (8 Gb/s) is more than control
+    # traffic and checkpoints average, and is what NCCL falling back to TCP sockets looks like.
+    "comm_eth_gbps": 1.0,
     # The GPU waits for its host when kernels run less than 60% of the time: at that point at least
     # 40% of the allocation is lost to the input pipeline, more than any kernel tuning could win back.
     "input_util_pct": 60.0,
@@ -106,6 +109,14 @@ class _Signals:
     nodes: int
     cpu_eff: float | None
     iowait: float | None
+    rdma_gbps: float | None = None
+    eth_gbps: float | None = None
+
+    @property
+    def nccl_on_tcp(self) -> bool:
+        """Multi-node, Ethernet busy, RDMA ports (almost) idle."""
+        return (self.nodes > 1 and self.eth_gbps is not None and self.rdma_gbps is not None
+                and self.rdma_gbps < 0.1 * self.eth_gbps)
 
     @property
     def sm_per_util(self) -> float | None:
@@ -129,6 +140,7 @@ def _signals(summary: dict, series: dict | None) -> _Signals:
     if util is None and series:
         util = _series_mean(series, "util_gpu_pct")
     nv, pc = _f(job.get("nvlink_bps")), _f(job.get("pcie_bps"))
+    rdma, eth = _net_split(hosts)
     return _Signals(
         util=util, sm=_f(job.get("sm_active_pct")), tensor=_f(job.get("tensor_active_pct")),
         fp_max=max(fps) if fps else None, dram=_f(job.get("dram_active_pct")),
@@ -137,8 +149,31 @@ def _signals(summary: dict, series: dict | None) -> _Signals:
         power_cap_share=100.0 * min(1.0, cap / gpu_s) if gpu_s > 0 else 0.0,
         nvlink_gbps=nv / 1e9 if nv is not None else None, pcie_gbps=pc / 1e9 if pc is not None else None,
         nodes=len(summary.get("nodes") or []) or 1,
-        cpu_eff=max(effs) if effs else None, iowait=max(iow) if iow else None,
+        cpu_eff=max(effs) if effs else None, iowait=max(iow) if iow else None, rdma_gbps=rdma, eth_gbps=eth,
     )
+
+
+# RDMA devices (IB, RoCE, EFA, Omni-Path) by their kernel names; everything else but lo is Ethernet
+_RDMA_PREFIXES = ("mlx", "bnxt_re", "irdma", "efa", "hfi", "qedr", "erdma", "ionic")
+
+
+def _net_split(hosts: list[dict]) -> tuple[float | None, float | None]:
+    """Mean per node of RDMA and Ethernet traffic, GB/s (None when no node reported NIC counters)."""
+    rdma = eth = 0.0
+    n = 0
+    for h in hosts:
+        net = h.get("net_bps") or {}
+        if not net:
+            continue
+        n += 1
+        for nic, bps in net.items():
+            if nic == "lo" or _f(bps) is None:
+                continue
+            if nic.startswith(_RDMA_PREFIXES):
+                rdma += bps
+            else:
+                eth += bps
+    return (rdma / n / 1e9, eth / n / 1e9) if n else (None, None)
 
 
 def _series_mean(series: dict, key: str) -> float | None:
@@ -182,12 +217,17 @@ def _classify(s: _Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     pipes = max(x for x in (s.tensor, s.fp_max, 0.0) if x is not None)
     comm_nv = s.nvlink_gbps is not None and s.nvlink_gbps >= th["comm_nvlink_gbps"]
     comm_net = s.nodes > 1 and s.pcie_gbps is not None and s.pcie_gbps >= th["comm_pcie_gbps"]
+    comm_tcp = s.nccl_on_tcp and (s.eth_gbps or 0.0) >= th["comm_eth_gbps"]
+    comm_net = comm_net or comm_tcp
     if (comm_nv or comm_net) and pipes < th["compute_pipe_pct"] and (s.dram is None or s.dram < th["memory_dram_pct"]
                                                                       or comm_nv):
         ev = [f"NVLink {s.nvlink_gbps:.1f} GB/s per GPU" if s.nvlink_gbps is not None else "NVLink n/a",
               f"tensor active {_pct(s.tensor)}, SM active {_pct(s.sm)}"]
-        if comm_net:
+        if comm_net and s.pcie_gbps is not None:
             ev.append(f"PCIe (network) {s.pcie_gbps:.1f} GB/s per GPU across {s.nodes} nodes")
+        if comm_tcp:
+            ev.append(f"Ethernet {s.eth_gbps:.1f} GB/s per node while RDMA ports carry {s.rdma_gbps:.2f} GB/s: "
+                      "NCCL on TCP sockets")
         return "communication_bound", ev
     spu = s.sm_per_util
     # 4. the GPU waits for its host: kernels run a small share of the time, but fill the GPU when they do
@@ -262,7 +302,7 @@ def _recommend(cls: str, s: _Signals, spec: gpuspecs.GpuSpec | None, imbalanced:
     elif cls == "communication_bound":
         r = ["overlap communication with compute (DDP bucket_cap_mb, FSDP forward/backward prefetch)",
              "keep tensor parallelism inside one NVLink domain, data parallelism across nodes"]
-        if s.nodes > 1 and (s.pcie_gbps or 0.0) < 1.0:
+        if s.nccl_on_tcp:
             r.append("check NCCL uses InfiniBand, not TCP sockets (NCCL_DEBUG=INFO shows NET/IB vs NET/Socket)")
         else:
             r.append("larger gradient buckets or gradient accumulation to communicate less often")

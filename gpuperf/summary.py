@@ -108,6 +108,12 @@ def _gpu_summary(node: str, index: str, g: dict) -> dict[str, Any]:
     out["idle_s"] = _r(idle)
     out["idle_pct"] = _r(100.0 * idle / seconds) if idle is not None and seconds > 0 else None
     out["temp_max_c"] = _r(_stat(metrics, "temp_c", "max"), 0)
+    if g.get("shared"):
+        out["shared_s"] = _r(_num(g.get("shared_s")))
+    foreign = g.get("foreign_processes") or []
+    if foreign:
+        # processes of other jobs (or of none) on an allocated GPU: the figures above include their work
+        out["foreign_processes"] = len(foreign)
     return out
 
 
@@ -196,9 +202,15 @@ def host_summary(host: dict | None) -> dict[str, Any]:
     host = host or {}
     cpu_s, ncpu, wall = _num(host.get("cpu_time_s")), _num(host.get("cpus_allocated")), _num(host.get("wall_s"))
     eff = 100.0 * cpu_s / (ncpu * wall) if cpu_s is not None and ncpu and wall else None
-    return {"cpu_efficiency_pct": _r(eff), "cpu_time_s": _r(cpu_s), "cpus_allocated": None if ncpu is None else int(ncpu),
-            "wall_s": _r(wall), "rss_peak_mib": _r(_num(host.get("rss_peak_mib")), 0),
-            "iowait_pct": _r(_num(host.get("iowait_pct")))}
+    out = {"cpu_efficiency_pct": _r(eff), "cpu_time_s": _r(cpu_s), "cpus_allocated": None if ncpu is None else int(ncpu),
+           "wall_s": _r(wall), "rss_peak_mib": _r(_num(host.get("rss_peak_mib")), 0),
+           "iowait_pct": _r(_num(host.get("iowait_pct")))}
+    net = host.get("net_bytes") or {}
+    if net and wall:
+        # node NIC counters over the job (the whole node's traffic, not only this job's)
+        out["net_bps"] = {nic: _r(((_num(v.get("rx_bytes")) or 0.0) + (_num(v.get("tx_bytes")) or 0.0)) / wall, 0)
+                          for nic, v in sorted(net.items()) if isinstance(v, dict)}
+    return out
 
 
 def estimates(gpus: list[dict]) -> dict[str, Any]:
@@ -208,7 +220,12 @@ def estimates(gpus: list[dict]) -> dict[str, Any]:
     out: dict[str, Any] = {"label": "estimate: pipe activity × the model's dense peak; an upper bound, not a measurement"}
     if spec is None:
         out["model"] = None
-        out["note"] = ("mixed GPU models" if len(names) > 1 else f"GPU model {names[0] or 'unknown'} not in gpuperf's table")
+        if not names:
+            out["note"] = "no GPUs"
+        elif len(names) > 1:
+            out["note"] = "mixed GPU models"
+        else:
+            out["note"] = f"GPU model {names[0] or 'unknown'} not in gpuperf's table"
         return out
     tensor, dram = _wmean(gpus, "tensor_active_pct"), _wmean(gpus, "dram_active_pct")
     fp32 = _wmean(gpus, "fp32_active_pct")
@@ -273,7 +290,9 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     env, affinity = read_job_files(context.get("job_dir"))
     env = context.get("env", env)
     affinity = context.get("affinity", affinity)
-    start, end = _num(aggregates.get("start")), _num(aggregates.get("end"))
+    # a running job has no end yet: its summary runs to the last sample
+    start = _num(aggregates.get("start"))
+    end = _num(aggregates.get("end")) or _num(aggregates.get("last_sample_t"))
     s: dict[str, Any] = {
         "schema": SCHEMA,
         "job_id": context.get("job_id", aggregates.get("job_id")),

@@ -1,0 +1,53 @@
+"""A job's aggregates and series from a recording, the way the daemon would have folded it.
+
+For tests, benchmarks and the demo: replays a recording (``replay`` backend, virtual clock) through
+the daemon's streaming aggregates, so a summary built from it went through the same code as a
+real job's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuperf.aggregates import JobAggregates
+from gpuperf.samplers.replay import ReplaySampler, load_recording
+
+SERIES_FIELDS = ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "util_gpu_pct", "power_w",
+                 "nvlink_tx_bps", "nvlink_rx_bps")
+
+
+def replay_job(path: str, job_id: int = 1, node: str = "n1", gpus: int | None = None, start_t: float = 1.7637e9,
+               loops: int = 1, with_series: bool = False) -> tuple[dict[str, Any], dict[str, dict] | None]:
+    """(aggregates dict, series or None) of a job that ran the recording ``loops`` times on ``gpus`` GPUs."""
+    sampler = ReplaySampler(path, clock="virtual", loop=loops > 1, gpus=gpus, start_t=start_t)
+    header = sampler.rec.header
+    names = {int(g["index"]): g.get("name") for g in header.get("gpus", [])}
+    recorded = sampler.rec.gpu_indices
+    agg = JobAggregates.new(job_id, node, range(sampler.gpu_count()), start_t, sampler.rec.interval_s)
+    for i, g in agg.gpus.items():
+        g.name = names.get(recorded[i % len(recorded)])
+    series: dict[str, dict] | None = {str(i): {"t": [], **{f: [] for f in SERIES_FIELDS}} for i in agg.gpus} \
+        if with_series else None
+    agg.energy_reading(sampler.read_energy(), start_t)
+    n = len(sampler.rec.sweeps) * loops
+    last_t = start_t
+    for _ in range(n):
+        sweep = sampler.sample()
+        if not sweep:
+            break
+        last_t = sweep[0].t
+        agg.add_sweep(last_t, sweep)
+        if series is not None:
+            for s in sweep:
+                ser = series[str(s.gpu)]
+                ser["t"].append(s.t)
+                for f in SERIES_FIELDS:
+                    ser[f].append(getattr(s, f))
+    agg.energy_reading(sampler.read_energy(), last_t)
+    agg.end = last_t
+    return agg.to_dict(), series
+
+
+def workload(path: str) -> str | None:
+    """The workload label of a recording (its header's ``workload``)."""
+    return load_recording(path).header.get("workload")
