@@ -1,0 +1,169 @@
+"""Which Slurm job a GPU process belongs to, and what does not match the registrations.
+
+A process's job comes from its own environment (``SLURM_JOB_ID`` in ``/proc/PID/environ``), else its
+ancestors' (a program that cleared its environment still descends from the job's task), else another
+process of the same cgroup whose environment names the job. Cgroup *names* are never parsed: Slurm 26
+names job cgroups by SLUID, older releases by job id, and both are site-configurable.
+
+Results are cached by (pid, process start time), so a reused pid never inherits a stale answer and a
+sweep costs one ``stat`` read per GPU process after the first.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+_ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
+MAX_ANCESTORS = 8
+MAX_CGROUP_PEERS = 64
+
+
+def parse_environ_job(data: bytes) -> int | None:
+    """SLURM_JOB_ID from the NUL-separated contents of /proc/PID/environ."""
+    for entry in data.split(b"\0"):
+        for key in _ENV_KEYS:
+            if entry.startswith(key):
+                try:
+                    return int(entry[len(key):])
+                except ValueError:
+                    return None
+    return None
+
+
+def parse_stat(data: str) -> tuple[int, int] | None:
+    """(ppid, starttime ticks) from /proc/PID/stat (the command may hold spaces and parentheses)."""
+    rparen = data.rfind(")")
+    if rparen < 0:
+        return None
+    rest = data[rparen + 2:].split()
+    try:
+        return int(rest[1]), int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def parse_cgroup(data: str) -> str | None:
+    """The process's cgroup path: the v2 entry ('0::/path'), else the first v1 hierarchy's."""
+    first = None
+    for line in data.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            return parts[2]
+        if first is None and ("cpuacct" in parts[1].split(",") or "memory" in parts[1].split(",")):
+            first = (parts[1], parts[2])
+    return f"{first[0]}:{first[1]}" if first else None
+
+
+@dataclass
+class Attributor:
+    """Maps pids to job ids through procfs (``proc_root``) and cgroupfs (``cgroup_root``)."""
+
+    proc_root: str = "/proc"
+    cgroup_root: str = "/sys/fs/cgroup"
+    _cache: dict[tuple[int, int], int | None] = field(default_factory=dict)
+    _cgroup_jobs: dict[str, int] = field(default_factory=dict)
+
+    def _read(self, pid: int, name: str, binary: bool = False) -> bytes | str | None:
+        try:
+            with open(os.path.join(self.proc_root, str(pid), name), "rb" if binary else "r") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _stat(self, pid: int) -> tuple[int, int] | None:
+        s = self._read(pid, "stat")
+        return parse_stat(s) if isinstance(s, str) else None
+
+    def _env_job(self, pid: int) -> int | None:
+        env = self._read(pid, "environ", binary=True)
+        return parse_environ_job(env) if isinstance(env, bytes) else None
+
+    def job_of(self, pid: int) -> int | None:
+        """The Slurm job id of a process, or None (no job, or gone)."""
+        st = self._stat(pid)
+        if st is None:
+            return None
+        return self.job_of_known(pid, st[0], st[1])
+
+    def job_of_known(self, pid: int, ppid: int, start_ticks: int) -> int | None:
+        """job_of for a process whose stat the caller already read."""
+        key = (pid, start_ticks)
+        if key in self._cache:
+            return self._cache[key]
+        job = self._resolve(pid, ppid)
+        if len(self._cache) > 10000:
+            self._cache.clear()
+        self._cache[key] = job
+        return job
+
+    def _resolve(self, pid: int, ppid: int) -> int | None:
+        job = self._env_job(pid)
+        if job is not None:
+            self._learn_cgroup(pid, job)
+            return job
+        cur = ppid
+        for _ in range(MAX_ANCESTORS):
+            if cur <= 1:
+                break
+            job = self._env_job(cur)
+            if job is not None:
+                return job
+            st = self._stat(cur)
+            if st is None:
+                break
+            cur = st[0]
+        return self._cgroup_job(pid)
+
+    def _learn_cgroup(self, pid: int, job: int) -> None:
+        cg = self._read(pid, "cgroup")
+        path = parse_cgroup(cg) if isinstance(cg, str) else None
+        if path:
+            self._cgroup_jobs[path] = job
+
+    def _cgroup_job(self, pid: int) -> int | None:
+        """The job of another process in the same cgroup whose environment names it."""
+        cg = self._read(pid, "cgroup")
+        path = parse_cgroup(cg) if isinstance(cg, str) else None
+        if not path or path in ("/", ""):
+            return None
+        if path in self._cgroup_jobs:
+            return self._cgroup_jobs[path]
+        fs_path = path.split(":", 1)[1] if ":" in path and not path.startswith("/") else path
+        hierarchy = path.split(":", 1)[0].split(",")[0] if ":" in path and not path.startswith("/") else ""
+        procs_file = Path(self.cgroup_root, hierarchy, fs_path.lstrip("/"), "cgroup.procs")
+        try:
+            peers = [int(x) for x in procs_file.read_text().split()][:MAX_CGROUP_PEERS]
+        except (OSError, ValueError):
+            return None
+        for peer in peers:
+            if peer != pid:
+                job = self._env_job(peer)
+                if job is not None:
+                    self._cgroup_jobs[path] = job
+                    return job
+        return None
+
+
+@dataclass
+class Mismatch:
+    """A process on an allocated GPU that is not of a job registered on it, or a job's process on a GPU
+    it did not register."""
+
+    gpu: int
+    pid: int
+    job_id: int | None                  # the process's job (None: no job)
+    registered: tuple[int, ...]         # jobs registered on that GPU
+
+
+def mismatches(gpu: int, procs: Iterable[tuple[int, int | None]], registered: Iterable[int]) -> list[Mismatch]:
+    """Pure rule: (pid, job) pairs on a GPU against the jobs registered on it.
+
+    A GPU with no registered job and no processes is fine; a process of no job or of an unregistered
+    job on any GPU is a mismatch (on an unallocated GPU it is an unaccounted user)."""
+    reg = tuple(sorted(set(registered)))
+    return [Mismatch(gpu, pid, job, reg) for pid, job in procs if job is None or job not in reg]

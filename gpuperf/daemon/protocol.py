@@ -1,0 +1,162 @@
+"""The daemon's wire protocol: versioned JSON messages, validated before anything acts on them.
+
+Request ``{"v": 1, "op": OP, ...}``; reply ``{"v": 1, "ok": true, ...}`` or
+``{"v": 1, "ok": false, "error": "..."}``. A frame over ``MAX_BYTES``, not JSON, of another
+version, with an unknown op or a bad field is a ``ProtocolError``: the server replies with the error
+and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 1
+MAX_BYTES = 64 * 1024
+MAX_GPUS = 64
+# ops that change state: only root and SlurmUser may send them
+WRITE_OPS = frozenset({"register", "finalize"})
+READ_OPS = frozenset({"ping", "health", "job", "jobs", "live", "series"})
+OPS = WRITE_OPS | READ_OPS
+
+
+class ProtocolError(Exception):
+    """A request that cannot be served; the message goes back to the caller."""
+
+
+@dataclass
+class Request:
+    """A validated request."""
+
+    op: str
+    job_id: int | None = None
+    job: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+def _int(d: dict[str, Any], key: str, lo: int = 0, hi: int = 2**63 - 1, required: bool = False) -> int | None:
+    v = d.get(key)
+    if v is None:
+        if required:
+            raise ProtocolError(f"job.{key} is required")
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ProtocolError(f"job.{key} must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def _num(d: dict[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+        raise ProtocolError(f"job.{key} must be a finite number")
+    return float(v)
+
+
+def _str(d: dict[str, Any], key: str, max_len: int = 256) -> str | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str) or len(v) > max_len:
+        raise ProtocolError(f"job.{key} must be a string of at most {max_len} characters")
+    return v
+
+
+def validate_job(op: str, job: Any) -> dict[str, Any]:
+    """The ``job`` member of a request, checked field by field for ``op``."""
+    if not isinstance(job, dict):
+        raise ProtocolError("job must be an object")
+    needs_id = op in ("register", "finalize", "job", "series")
+    out: dict[str, Any] = {"job_id": _int(job, "job_id", 1, 2**63 - 1, required=needs_id)}
+    if op == "register":
+        out["uid"] = _int(job, "uid", 0, 2**32 - 1, required=True)
+        out["user"] = _str(job, "user")
+        gpus = job.get("gpus", [])
+        if (not isinstance(gpus, list) or len(gpus) > MAX_GPUS
+                or any(isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < 4096 for g in gpus)):
+            raise ProtocolError(f"job.gpus must be a list of at most {MAX_GPUS} GPU indices")
+        out["gpus"] = sorted(set(gpus))
+        out["cpus"] = _int(job, "cpus", 0, 1 << 20)
+        out["start"] = _num(job, "start")
+        out["node"] = _str(job, "node")
+        out["partial"] = bool(job.get("partial", False))
+    elif op == "finalize":
+        out["end"] = _num(job, "end")
+        out["partial"] = bool(job.get("partial", False))
+        out["exit_code"] = _int(job, "exit_code", -(2**31), 2**31)
+    elif op == "series":
+        out["max_points"] = _int(job, "max_points", 1, 100_000) or 500
+    elif op == "health":
+        gpus = job.get("gpus")
+        if gpus is not None and (not isinstance(gpus, list) or len(gpus) > MAX_GPUS
+                                 or any(isinstance(g, bool) or not isinstance(g, int) for g in gpus)):
+            raise ProtocolError("job.gpus must be a list of GPU indices")
+        out["gpus"] = gpus
+        out["max_age_s"] = _num(job, "max_age_s")
+    return out
+
+
+def parse_request(frame: bytes) -> Request:
+    """Decode and validate one request frame; ProtocolError says what is wrong."""
+    if len(frame) > MAX_BYTES:
+        raise ProtocolError(f"request of {len(frame)} bytes exceeds the {MAX_BYTES}-byte limit")
+    try:
+        msg = json.loads(frame)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ProtocolError("request is not JSON") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("request must be a JSON object")
+    v = msg.get("v")
+    if v != VERSION or isinstance(v, bool):
+        raise ProtocolError(f"unsupported protocol version {v!r} (this daemon speaks {VERSION})")
+    op = msg.get("op")
+    if not isinstance(op, str) or op not in OPS:
+        raise ProtocolError(f"unknown op {op!r} (known: {', '.join(sorted(OPS))})")
+    job = validate_job(op, msg.get("job", {}))
+    return Request(op=op, job_id=job.get("job_id"), job=job)
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    """Serialise a message (requests and replies)."""
+    return json.dumps(msg, separators=(",", ":"), allow_nan=False, default=str).encode()
+
+
+def ok(**data: Any) -> dict[str, Any]:
+    """A success reply."""
+    return {"v": VERSION, "ok": True, **data}
+
+
+def error(message: str) -> dict[str, Any]:
+    """An error reply."""
+    return {"v": VERSION, "ok": False, "error": message}
+
+
+def request(op: str, job: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A request message."""
+    return {"v": VERSION, "op": op, "job": job or {}}
+
+
+def parse_peer(peer_address: str | None) -> int | None:
+    """The peer's uid from libzmq's IPC ``Peer-Address`` property ('host:uid:gid:pid'); None if absent."""
+    if not peer_address:
+        return None
+    parts = peer_address.rsplit(":", 3)
+    if len(parts) != 4:
+        return None
+    try:
+        return int(parts[1])
+    except ValueError:
+        return None
+
+
+def control_endpoint(cfg: Any) -> str:
+    """ipc:// endpoint of the root-only control socket."""
+    return f"ipc://{os.path.join(cfg.daemon.socket_dir, 'control.sock')}"
+
+
+def user_endpoint(cfg: Any) -> str:
+    """ipc:// endpoint of the read-only user socket."""
+    return f"ipc://{os.path.join(cfg.daemon.user_socket_dir, 'user.sock')}"

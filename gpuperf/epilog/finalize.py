@@ -1,0 +1,41 @@
+"""Epilog step: finalise the job with the node daemon, write its aggregates and node summary, send it.
+
+When the daemon does not answer within ``daemon.request_timeout_s`` the epilog ends anyway (the job
+ends normally) and a marker in ``<state_dir>/pending/`` lets the daemon finalise the job when it comes
+back (aggregates flagged partial), then deliver it the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpuperf import jobstate, log
+from gpuperf.daemon import client, deliver
+
+
+def context_of(ctx: Any, cfg: Any) -> dict[str, Any]:
+    """What the node summary needs besides the aggregates."""
+    return {"job_id": ctx.job_id, "user": ctx.user, "uid": ctx.uid, "node": ctx.node,
+            "exit_code": ctx.exit_code, "job_dir": str(jobstate.job_dir(cfg.general.run_dir, ctx.job_id))}
+
+
+def step(ctx: Any, cfg: Any, state: Any) -> None:
+    """Finalise and deliver; never fails the job."""
+    if ctx.job_id is None:
+        return
+    job = {"job_id": ctx.job_id, "end": time.time(), "exit_code": ctx.exit_code}
+    context = context_of(ctx, cfg)
+    try:
+        reply = client.call(cfg, "finalize", job)
+    except client.DaemonUnavailable as e:
+        marker = deliver.write_pending(cfg.general.state_dir, "finalize", job, context)
+        state.data["finalize"] = {"ok": False, "error": str(e), "pending": str(marker)}
+        log.get("epilog").warning("job %s: daemon unavailable (%s); finalisation left in %s", ctx.job_id, e, marker)
+        return
+    if not reply.get("ok") or not isinstance(reply.get("aggregates"), dict):
+        state.data["finalize"] = {"ok": False, "error": reply.get("error")}
+        log.get("epilog").warning("job %s: daemon could not finalise: %s", ctx.job_id, reply.get("error"))
+        return
+    done = deliver.deliver(cfg, reply["aggregates"], context)
+    state.data["finalize"] = {"ok": True, **done}
