@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from gpuperf.topology import netaddr, nics, pcie
-from gpuperf.topology.sysfs import Root, parse_cpulist
+from gpuperf.topology.sysfs import Root, is_bdf, parse_cpulist
 
 SCHEMA = "gpuperf.topology.v1"
 _NODE_DIR = re.compile(r"^node(\d+)$")
@@ -80,22 +80,33 @@ def nvlink_view(snap_gpus: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return info
 
 
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
 def _gpu_entry(g: dict[str, Any], dev: pcie.PciDevice | None, nvl: dict[str, Any]) -> dict[str, Any]:
-    """One GPU: NVML facts, sysfs filling what NVML does not know (NUMA, local CPUs, PCIe link)."""
+    """One GPU: NVML facts, sysfs filling what NVML does not know (NUMA, local CPUs, PCIe link).
+
+    Values of the wrong type in a (hand-edited, corrupt) gpus.json count as unknown.
+    """
     snap_pcie = g.get("pcie") if isinstance(g.get("pcie"), dict) else {}
-    link = {k: snap_pcie.get(k) for k in ("gen", "width", "max_gen", "max_width")}
+    link = {k: _int(snap_pcie.get(k)) for k in ("gen", "width", "max_gen", "max_width")}
     if dev is not None:
         for k in link:
             if link[k] is None:
                 link[k] = getattr(dev, k)
-    numa = g.get("numa_node")
+    numa = _int(g.get("numa_node"))
     if numa is None and dev is not None:
         numa = dev.numa_node
     return {
-        "index": g["index"], "minor": g.get("minor"), "uuid": g.get("uuid"), "name": g.get("name"),
-        "bus_id": g.get("bus_id"), "arch": g.get("arch"), "numa_node": numa,
+        "index": g["index"], "minor": _int(g.get("minor")), "uuid": _str(g.get("uuid")), "name": _str(g.get("name")),
+        "bus_id": g["bus_id"] if isinstance(g.get("bus_id"), str) and is_bdf(g["bus_id"]) else None, "arch": _str(g.get("arch")), "numa_node": numa,
         "cpus": dev.cpus if dev is not None else None,
-        "memory_total_mib": g.get("memory_total_mib"),
+        "memory_total_mib": _int(g.get("memory_total_mib")),
         "pcie": link,
         "nvlink": {"links": nvl.get("links"), "via_switch": nvl.get("via_switch"), "peers": nvl.get("peers")},
     }
@@ -154,7 +165,7 @@ def discover(root: Root, snap: dict[str, Any] | None, source: str = "live") -> d
     gpus, paths = [], {}
     for g in snap_gpus:
         bus = g.get("bus_id")
-        dev = pcie.read_device(root, bus) if isinstance(bus, str) else None
+        dev = pcie.read_device(root, bus) if isinstance(bus, str) and is_bdf(bus) else None
         if dev is not None and dev.bridges is None:
             notes.append(f"GPU {g['index']}: bus id {bus} not found in sysfs")
         gpus.append(_gpu_entry(g, dev, nvl.get(g["index"], {})))

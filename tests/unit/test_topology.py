@@ -171,6 +171,18 @@ def test_gpu_with_nvml_error_marker_is_null_with_a_note(tmp_path):
     assert "gpu:3" not in t["pcie_paths"] and len(t["gpus"]) == 8
 
 
+def test_wrongly_typed_gpus_json_values_are_unknown(tmp_path):
+    root = copy_node(L40S, tmp_path)
+    path = os.path.join(root, "gpus.json")
+    snap = json.load(open(path))
+    snap["gpus"][1].update(numa_node="x", pcie={"gen": "4", "width": None}, bus_id="../../etc", name=7)
+    write(path, json.dumps(snap))
+    g = load_node(root).topology["gpus"][1]
+    assert g["name"] is None and g["bus_id"] is None
+    assert g["numa_node"] is None and g["cpus"] is None  # no sysfs device to fall back to
+    assert g["pcie"] == {"gen": None, "width": None, "max_gen": None, "max_width": None}
+
+
 def test_unreadable_gpus_json_falls_back_to_sysfs_gpus(tmp_path):
     root = copy_node(HGX, tmp_path)
     write(os.path.join(root, "gpus.json"), "{not json")
