@@ -60,6 +60,10 @@ class Slurm:
         """Requeue a job and hold it, so it does not start again on a bad node."""
         self.run("scontrol", "requeuehold", str(job_id))
 
+    def requeue(self, job_id: int) -> None:
+        """Requeue a job without a hold (works from its Prolog: the job then never starts on this node)."""
+        self.run("scontrol", "requeue", str(job_id))
+
     def set_admin_comment_running(self, job_id: int, text: str) -> None:
         """AdminComment of a job that is still running (scontrol refuses finished jobs)."""
         self.run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text}")

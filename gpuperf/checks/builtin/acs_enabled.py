@@ -28,20 +28,23 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
     keys = [f"gpu:{g.get('index')}" for g in selected_gpus(snap, job_gpus)]
     keys += [k for k in paths if k.startswith("nic:")]
     flagged: dict[str, list[str]] = {}  # bridge -> devices behind it
-    unknown = 0
-    seen = 0
+    known: set[str] = set()
+    seen: set[str] = set()
     for key in keys:
         for br in paths.get(key) or []:
-            seen += 1
+            seen.add(str(br.get("bus_id")))
             if br.get("acs_enabled") is None:
-                unknown += 1
-            elif br["acs_enabled"]:
+                continue
+            known.add(str(br.get("bus_id")))
+            if br["acs_enabled"]:
                 bits = _bits(br.get("acs_ctrl"))
                 label = f"{br.get('bus_id')} (ACS ctl {br.get('acs_ctrl')}{': ' + bits if bits else ''})"
                 flagged.setdefault(label, []).append(key.replace(":", " "))
     if flagged:
         parts = [f"bridge {b} above {', '.join(devs)}" for b, devs in flagged.items()]
         return CheckResult(CODE, "fail", "ACS enabled: " + "; ".join(parts))
-    if seen == 0 or unknown == seen:
-        return CheckResult(CODE, "skip", "ACS state of the bridges unknown")
-    return CheckResult(CODE, "ok", f"ACS off on {seen - unknown} bridge entries in GPU/NIC paths")
+    if not seen:
+        return CheckResult(CODE, "skip", "no PCIe bridge above the GPUs and NICs")
+    if not known:
+        return CheckResult(CODE, "skip", f"ACS state of {len(seen)} bridges unknown")
+    return CheckResult(CODE, "ok", f"ACS off on the {len(known)} bridges above the GPUs and NICs")

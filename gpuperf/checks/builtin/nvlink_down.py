@@ -30,6 +30,8 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
     max_growth = int(cfg.checks.nvlink_max_error_growth)
     # a node where no GPU has an active link has no NVLink fabric (PCIe cards report links, all inactive)
     fabric = any((g.get("nvlink") or {}).get("links_active") for g in selected_gpus(snap, None))
+    if not any((g.get("nvlink") or {}).get("links_total") for g in selected_gpus(snap, job_gpus)) and not expected_cfg:
+        return CheckResult(CODE, "skip", "no NVLink reported on the GPUs")
 
     def judge(g: dict[str, Any]) -> tuple[str, str] | None:
         nv = g.get("nvlink")
