@@ -207,26 +207,32 @@ static double elapsed_us(const struct timespec *t0)
 /* The CPUs this task may run on now, as a cpulist ("0-3,8"). */
 static void current_cpus(char *out, size_t size)
 {
-	cpu_set_t *set = CPU_ALLOC(GP_MAX_CPUS);
-	size_t sz = CPU_ALLOC_SIZE(GP_MAX_CPUS);
+	unsigned long mask[GP_MAX_CPUS / (8 * sizeof(long))];
+	const int bits = 8 * sizeof(long);
 	size_t used = 0;
 	out[0] = '\0';
-	if (!set)
+	/* the raw syscall returns how many bytes the kernel's mask has: only those are scanned */
+	long got = syscall(SYS_sched_getaffinity, 0, sizeof(mask), mask);
+	if (got <= 0)
 		return;
-	if (sched_getaffinity(0, sz, set) == 0) {
-		for (int i = 0; i < GP_MAX_CPUS && used + 24 < size; i++) {
-			if (!CPU_ISSET_S(i, sz, set))
-				continue;
-			int j = i;
-			while (j + 1 < GP_MAX_CPUS && CPU_ISSET_S(j + 1, sz, set))
-				j++;
-			used += snprintf(out + used, size - used, used ? ",%d" : "%d", i);
-			if (j > i)
-				used += snprintf(out + used, size - used, "-%d", j);
-			i = j;
+	int ncpu = (int)(got * 8), i = 0;
+	while (i < ncpu && used + 24 < size) {
+		if (mask[i / bits] == 0 && i % bits == 0) {
+			i += bits;
+			continue;
 		}
+		if (!(mask[i / bits] >> (i % bits) & 1UL)) {
+			i++;
+			continue;
+		}
+		int j = i;
+		while (j + 1 < ncpu && (mask[(j + 1) / bits] >> ((j + 1) % bits) & 1UL))
+			j++;
+		used += snprintf(out + used, size - used, used ? ",%d" : "%d", i);
+		if (j > i)
+			used += snprintf(out + used, size - used, "-%d", j);
+		i = j + 1;
 	}
-	CPU_FREE(set);
 }
 
 /* Leave <run_dir>/jobs/<job>/applied/<step>.<rank>: one line the report reads. Best effort. */
