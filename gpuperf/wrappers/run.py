@@ -140,7 +140,11 @@ def env_exports(ctx: jobctx.JobContext, cfg: config.Config, env: Mapping[str, st
         from gpuperf.prolog.envtask import exports_for
     except ImportError:
         return []
-    return list(exports_for(ctx, cfg, dict(env)))
+    try:
+        return list(exports_for(ctx, cfg, dict(env)))
+    except Exception as e:  # noqa: BLE001 - the env part failing must not cost the pinning
+        print(f"gpuperf-run: environment not set: {type(e).__name__}: {e}", file=sys.stderr)
+        return []
 
 
 def _record(cfg: config.Config, ctx: jobctx.JobContext, env: Mapping[str, str], r: RankPlan | None,

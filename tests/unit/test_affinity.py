@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from gpuperf import config
 from gpuperf.hook import HookState
 from gpuperf.jobctx import JobContext
 from gpuperf.prolog import affinityplan
+from gpuperf.wrappers import run as gprun
 from gpuperf.topology import load_node
 
 NODES = Path(__file__).resolve().parents[1] / "data" / "nodes"
@@ -298,3 +301,99 @@ def test_applied_records_are_read_back_sorted(tmp_path):
     (d / "junk").write_text("not a record")
     recs = affinityplan.applied_records(str(tmp_path), 5)
     assert [(r["step"], r["rank"]) for r in recs] == [("0", "0"), ("0", "1"), ("batch", "0")]
+
+
+# --- gpuperf-run ---------------------------------------------------------------------------------
+
+HERE_CPUS = sorted(os.sched_getaffinity(0))
+
+
+def test_local_tasks_reads_this_nodes_entry():
+    env = {"SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3"}
+    assert gprun.local_tasks(env) == 1
+    assert gprun.local_tasks({**env, "SLURM_NODEID": "1"}) == 2
+    assert gprun.local_tasks({"SLURM_TASKS_PER_NODE": "4"}) == 4
+    assert gprun.local_tasks({"SLURM_STEP_TASKS_PER_NODE": "garbage"}) is None
+
+
+@pytest.mark.parametrize("line,rel,name", [
+    ("4:cpuset:/slurm/uid_0/job_9/step_0", "cpuset/slurm/uid_0/job_9/step_0", "cpuset.effective_cpus"),
+    ("0::/system.slice/slurmstepd.scope/job_9/step_0", "system.slice/slurmstepd.scope/job_9/step_0",
+     "cpuset.cpus.effective"),
+])
+def test_own_cpuset_v1_and_v2(tmp_path, line, rel, name):
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "cgroup").write_text(f"9:memory:/x\n{line}\n")
+    (tmp_path / "cg" / rel).mkdir(parents=True)
+    (tmp_path / "cg" / rel / name).write_text("2-3,8\n")
+    assert gprun.own_cpuset(str(tmp_path / "proc"), str(tmp_path / "cg")) == [2, 3, 8]
+
+
+def test_omp_exports_respect_the_user_and_replace_our_own():
+    r = aff.RankPlan(rank=0, gpus=(0,), numa_nodes=(0,), cpus=(0, 1), mems=(0,), mem_policy="bind",
+                     omp_num_threads=2, omp_places="{0}:2")
+    assert dict(gprun.omp_exports(r, {})) == {"OMP_NUM_THREADS": "2", "OMP_PLACES": "{0}:2", "GPUPERF_OMP": "2 {0}:2"}
+    assert gprun.omp_exports(r, {"OMP_NUM_THREADS": "7"}) == []
+    inherited = {"OMP_NUM_THREADS": "4", "OMP_PLACES": "{0}:4", "GPUPERF_OMP": "4 {0}:4"}
+    assert dict(gprun.omp_exports(r, inherited))["OMP_NUM_THREADS"] == "2"
+
+
+def _policy_of_child(nodes: str) -> subprocess.CompletedProcess:
+    code = ("import sys; from gpuperf.wrappers.run import set_mempolicy\n"
+            f"set_mempolicy('bind', ({nodes},))\n"
+            "print(open('/proc/self/numa_maps').readline().split()[1])")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_set_mempolicy_binds_and_reports_the_kernels_error():
+    assert _policy_of_child("0").stdout.strip() == "bind:0"
+    if not Path("/sys/devices/system/node/node1").exists():
+        bad = _policy_of_child("1")
+        assert bad.returncode != 0 and "Invalid argument" in bad.stderr
+
+
+def _run_env(tmp_path: Path, plan: str | None, **extra: str) -> dict[str, str]:
+    run = tmp_path / "run"
+    jdir = run / "jobs" / "31"
+    (jdir / "applied").mkdir(parents=True, exist_ok=True)
+    if plan is not None:
+        (jdir / "affinity.plan").write_text(plan)
+    (tmp_path / "gpuperf.toml").write_text(f'[general]\nrun_dir = "{run}"\nlog_file = ""\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMP_", "GPUPERF"))}
+    env.update({"GPUPERF_CONFIG": str(tmp_path / "gpuperf.toml"), "SLURM_JOB_ID": "31", "SLURM_LOCALID": "1",
+                "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_STEP_ID": "0"}, **extra)
+    return env
+
+
+def _gpuperf_run(env: dict[str, str]) -> subprocess.CompletedProcess:
+    cmd = "awk '/^Cpus_allowed_list/{print $2}' /proc/self/status; echo omp=$OMP_NUM_THREADS"
+    return subprocess.run([sys.executable, "-m", "gpuperf.wrappers.run", "sh", "-c", cmd],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def _two_rank_plan() -> str:
+    last = HERE_CPUS[-1]
+    r = [aff.RankPlan(rank=i, gpus=(i,), numa_nodes=(0,), cpus=(HERE_CPUS[0],) if i == 0 else (last,), mems=(0,),
+                      mem_policy="bind", omp_num_threads=1, omp_places=f"{{{HERE_CPUS[0] if i == 0 else last}}}")
+         for i in range(2)]
+    return aff.plan_text(31, aff.Allocation(gpus=(0, 1), cpus=tuple(HERE_CPUS)), [aff.AffinityPlan(tasks=2, ranks=r)])
+
+
+def test_gpuperf_run_pins_from_the_plan_file_sets_omp_records_and_execs(tmp_path):
+    p = _gpuperf_run(_run_env(tmp_path, _two_rank_plan()))
+    assert p.returncode == 0, p.stderr
+    cpus, omp = p.stdout.split()
+    assert cpus == str(HERE_CPUS[-1]) and omp == "omp=1"
+    rec = affinityplan.applied_records(str(tmp_path / "run"), 31)
+    assert [(r["rank"], r["status"], r["cpus"], r["mem"]) for r in rec] == [("1", "ok", str(HERE_CPUS[-1]), "ok")]
+
+
+def test_gpuperf_run_off_or_broken_plan_still_runs_the_command_unpinned(tmp_path):
+    off = _gpuperf_run(_run_env(tmp_path, _two_rank_plan(), GPUPERF="off"))
+    assert off.returncode == 0 and off.stdout.split()[0] == aff.format_cpu_list(HERE_CPUS)
+    broken = _gpuperf_run(_run_env(tmp_path, "garbage\n"))
+    assert broken.returncode == 0 and broken.stdout.split()[0] == aff.format_cpu_list(HERE_CPUS)
+    assert broken.stderr.count("gpuperf-run:") == 1 and "not a gpuperf affinity plan" in broken.stderr
+    missing = subprocess.run([sys.executable, "-m", "gpuperf.wrappers.run", "/nonexistent/cmd"],
+                             capture_output=True, text=True, env=_run_env(tmp_path, None))
+    assert missing.returncode == 127 and "cannot run /nonexistent/cmd" in missing.stderr
