@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import calendar
 import copy
+import dataclasses
+import os
 import threading
 import time
 from typing import Any, Callable, TypeVar
@@ -96,6 +98,18 @@ def recorded_time(snap: dict[str, Any]) -> float | None:
     return None
 
 
+def nvidia_pci_gpus(root: str) -> tuple[str, ...] | None:
+    """Bus ids of NVIDIA GPUs in sysfs bound to the nvidia driver (a vfio-bound one is not ours to miss)."""
+    from gpuperf.topology import pcie, sysfs
+
+    r = sysfs.Root(root)
+    try:
+        return tuple(b for b in pcie.find_nvidia_gpus(r)
+                     if os.path.basename(os.readlink(r.path("sys/bus/pci/devices", b, "driver"))) == "nvidia")
+    except OSError:
+        return None
+
+
 def prepare(node: Any, cfg: Any, kmsg: str = xid.KMSG) -> tuple[dict[str, Any], CheckEnv, dict[str, Any]]:
     """The snapshot to judge (live: with kernel-log XIDs added), the CheckEnv, and the history read.
 
@@ -103,8 +117,9 @@ def prepare(node: Any, cfg: Any, kmsg: str = xid.KMSG) -> tuple[dict[str, Any], 
     answer every run; a live one at the current time since each GPU's last clean check.
     """
     live = node.root is None
+    pci_gpus = nvidia_pci_gpus(node.root or "/")
     if not live:
-        return node.gpus, CheckEnv(now=recorded_time(node.gpus), live=False), {"gpus": {}}
+        return node.gpus, CheckEnv(now=recorded_time(node.gpus), live=False, pci_gpus=pci_gpus), {"gpus": {}}
     snap = copy.deepcopy(node.gpus)
     xid_error = None
     try:
@@ -115,7 +130,8 @@ def prepare(node: Any, cfg: Any, kmsg: str = xid.KMSG) -> tuple[dict[str, Any], 
     except OSError as e:
         xid_error = f"cannot read {kmsg}: {e.strerror}"
     hist = history.load(cfg.general.state_dir)
-    return snap, history.env_from(hist, time.time(), True, f"kernel log {kmsg}", xid_error), hist
+    env = history.env_from(hist, time.time(), True, f"kernel log {kmsg}", xid_error)
+    return snap, dataclasses.replace(env, pci_gpus=pci_gpus), hist
 
 
 def run_fast(node: Any, cfg: Any, gpus: list[int]) -> list[CheckResult]:

@@ -7,16 +7,6 @@ from typing import Any
 from gpuperf.checks.base import CheckEnv, CheckResult, register, selected_gpus
 
 CODE = "acs_enabled"
-# ACS control register bits that reroute or block peer-to-peer traffic
-_BITS = {0x1: "SrcValid", 0x4: "ReqRedir", 0x8: "CmpltRedir", 0x10: "UpstreamFwd", 0x40: "DirectTrans"}
-
-
-def _bits(ctrl: Any) -> str:
-    try:
-        v = int(str(ctrl), 16)
-    except (TypeError, ValueError):
-        return ""
-    return "+".join(name for bit, name in _BITS.items() if v & bit)
 
 
 @register(CODE, severity="warn", help="ACS enabled on a PCIe bridge between GPUs and NICs", needs_gpus=False)
@@ -37,7 +27,7 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
                 continue
             known.add(str(br.get("bus_id")))
             if br["acs_enabled"]:
-                bits = _bits(br.get("acs_ctrl"))
+                bits = "+".join(br.get("acs_flags") or [])
                 label = f"{br.get('bus_id')} (ACS ctl {br.get('acs_ctrl')}{': ' + bits if bits else ''})"
                 flagged.setdefault(label, []).append(key.replace(":", " "))
     if flagged:

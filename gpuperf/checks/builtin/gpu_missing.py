@@ -24,9 +24,10 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
         problems.append(f"{len(gpus)} GPUs visible, {expected} expected (checks.expected_gpus)")
     # a GPU that sysfs sees on the bus but NVML does not is a GPU the driver lost
     seen_bus = {str(g.get("bus_id") or "").lower() for g in gpus}
-    lost = [str(t.get("bus_id")) for t in (topo.get("gpus") or []) if isinstance(t, dict)
-            and t.get("bus_id") and str(t["bus_id"]).lower() not in seen_bus]
-    if lost:
+    lost = [b for b in env.pci_gpus or () if b.lower() not in seen_bus]
+    # a GPU NVML answered with an error has no bus id here: it may be any of the unmatched ones
+    unnamed = sum(1 for g in gpus if not g.get("bus_id"))
+    if len(lost) > unnamed:
         problems.append(f"on the PCI bus but not visible to NVML: {', '.join(lost)}")
     if problems:
         return CheckResult(CODE, "fail", "; ".join(problems))

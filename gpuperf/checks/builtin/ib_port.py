@@ -26,10 +26,10 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
         absent = set()
     min_rate = float(cfg.checks.ib_min_rate_gbps)
     problems = [f"port {p} (checks.ib_ports) not found" for p in sorted(absent)]
+    unknown = [_name(n) for n in nics if n.get("state") is None]
+    nics = [n for n in nics if n.get("state") is not None]
     for n in nics:
         state, rate = n.get("state"), n.get("rate_gbps")
-        if state is None:
-            continue
         if str(state).upper() != "ACTIVE":
             problems.append(f"{_name(n)} ({n.get('kind')}, {n.get('bus_id')}) state {state}")
         elif min_rate and rate is not None and float(rate) < min_rate:
@@ -37,7 +37,8 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
                             f"expected >= {min_rate:g} (checks.ib_min_rate_gbps)")
     if problems:
         return CheckResult(CODE, "fail", "; ".join(problems))
+    note = f"; state unknown: {', '.join(unknown)}" if unknown else ""
     if not nics:
-        return CheckResult(CODE, "skip", "no IB/RoCE port")
+        return CheckResult(CODE, "skip", "no IB/RoCE port" + note)
     rates = sorted({f"{float(n['rate_gbps']):g}" for n in nics if n.get("rate_gbps") is not None})
-    return CheckResult(CODE, "ok", f"{len(nics)} IB/RoCE ports ACTIVE" + (f" at {'/'.join(rates)} Gb/s" if rates else ""))
+    return CheckResult(CODE, "ok", f"{len(nics)} IB/RoCE ports ACTIVE" + (f" at {'/'.join(rates)} Gb/s" if rates else "") + note)

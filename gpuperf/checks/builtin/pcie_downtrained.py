@@ -39,11 +39,10 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
         in_use = link_in_use(g)
         util = g.get("util_gpu_pct")
         when = (f"read with the link in use: util {util}%" if in_use else
-                "read with the link idle: a lower generation may be power saving" if in_use is False else
-                "read with the link's use unknown")
+                "read with the link idle" if in_use is False else "read with the link's use unknown")
         text = f"{gpu_label(g)} PCIe gen{gen} x{width}, max gen{max_gen} x{max_width} ({when})"
         if width < max_width or in_use:
             return "fail", text
-        return "warn", text
+        return "warn", text[:-1] + "; an idle GPU may lower the generation to save power)"
 
     return over_gpus(CODE, snap, job_gpus, judge, "PCIe links of {n} GPUs at their maximum")
