@@ -1,0 +1,42 @@
+"""``gpuperf daemon [--backend SPEC] [--foreground] [--controller]``: the node daemon, or on the
+controller host the collector of node summaries (``--controller``)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+from gpuperf import config as config_mod
+from gpuperf import log
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of ``gpuperf daemon``."""
+    p.add_argument("--backend", help="sampler: auto, nvml, dcgm or replay:FILE (default: daemon.backend)")
+    p.add_argument("--foreground", action="store_true",
+                   help="also log to stderr (the daemon never forks: systemd runs it as Type=simple)")
+    p.add_argument("--controller", action="store_true",
+                   help="run the controller's collector of node summaries instead of the node daemon")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT; exit 2 when it cannot start (config, socket, sampler)."""
+    try:
+        cfg = config_mod.load()
+    except config_mod.ConfigError as e:
+        print(f"gpuperf daemon: {e}")
+        return 2
+    name = "collector" if args.controller else "daemon"
+    log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=args.foreground or not cfg.general.log_file)
+    if args.controller:
+        from gpuperf.report.collector import serve as collector_serve
+
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        collector_serve(cfg, stop=stop)
+        return 0
+    from gpuperf.daemon.server import serve
+
+    return serve(cfg, args.backend)

@@ -1,0 +1,139 @@
+"""The node daemon with the real Slurm test cluster: the cluster's prolog registers each job and its
+epilog finalises it; with the daemon down, jobs still complete and the daemon finalises them later.
+
+The daemon replays a recording from ``tests/data/recordings/`` (made with ``nvml`` on real GPUs) when
+one is there; otherwise it runs the unit tests' scripted sampler (same daemon, same sockets).
+Run with ``GPUPERF_TEST_CLUSTER=daemon`` beside other engineers' clusters.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDINGS = sorted(p for p in (ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
+
+SCRIPTED = r"""
+import signal, sys
+sys.path.insert(0, sys.argv[1])
+from test_daemon import ScriptSampler
+from gpuperf import config, log
+from gpuperf.daemon.server import Daemon
+cfg = config.load()
+log.setup("daemon", cfg.general.log_file, "info", stderr=True)
+d = Daemon(cfg, ScriptSampler(n=4, power_w=180.0), health_fn=None, metrics=False, send_summaries=False)
+signal.signal(signal.SIGTERM, lambda *a: d.stop())
+d.run()
+"""
+
+
+def _configure(c) -> dict:
+    cfg = c.gpuperf_config()
+    d = cfg.setdefault("daemon", {})
+    d.update(user_socket_dir=str(c.dir / "run" / "daemon-user"), metrics_port=0, interval_s=0.2,
+             request_timeout_s=1.0, checkpoint_s=1.0)
+    # no collector runs here: the slurmctld epilog need not wait for node summaries
+    cfg.setdefault("controller", {})["merge_wait_s"] = 1.0
+    if RECORDINGS:
+        d["backend"] = f"replay:{RECORDINGS[0]}?loop=1"
+    c.write_gpuperf_config(cfg)
+    return cfg
+
+
+def _start(c) -> subprocess.Popen:
+    if RECORDINGS:
+        cmd = ["/opt/gpuperf/venv/bin/gpuperf", "daemon", "--foreground"]
+    else:
+        script = c.dir / "scripted_daemon.py"
+        script.write_text(SCRIPTED)
+        cmd = [sys.executable, str(script), str(ROOT / "tests" / "unit")]
+    p = subprocess.Popen(cmd, env=c.env, stderr=subprocess.PIPE, text=True)
+    from gpuperf import config
+    from gpuperf.daemon import client
+
+    cfg = config.load(str(c.gpuperf_config_path))
+    end = time.time() + 20
+    while time.time() < end:
+        assert p.poll() is None, f"daemon exited: {p.stderr.read()}"
+        try:
+            if client.call(cfg, "ping", timeout_s=0.5)["ok"]:
+                return p
+        except client.DaemonUnavailable:
+            time.sleep(0.1)
+    p.kill()
+    raise AssertionError("daemon did not answer")
+
+
+@pytest.fixture
+def daemon_cluster(gpuperf_config_reset):
+    c = gpuperf_config_reset
+    _configure(c)
+    yield c
+
+
+def _aggregates(c, job) -> dict:
+    path = c.run_dir / "jobs" / str(job) / "aggregates.json"
+    end = time.time() + 15
+    while time.time() < end and not path.exists():
+        time.sleep(0.1)
+    return json.loads(path.read_text())
+
+
+def test_prolog_registers_and_epilog_finalises(daemon_cluster):
+    c = daemon_cluster
+    p = _start(c)
+    try:
+        job = c.sbatch("sleep 3\n", "--gres=gpu:2")
+        assert c.wait(job) == "COMPLETED"
+        prolog = c.job_record(job, "prolog")
+        assert prolog["data"]["register"]["ok"] is True, prolog
+        epilog = c.wait_record(job, "epilog")
+        assert epilog["data"]["finalize"]["ok"] is True, epilog
+        a = _aggregates(c, job)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+    gpus = prolog["context"]["gpus"]
+    assert sorted(a["gpus"]) == sorted(str(g) for g in gpus) and len(gpus) == 2
+    assert a["job_id"] == job and a["partial"] is False and a["gaps"] == []
+    # about 3 s of the job at 0.2 s per sweep
+    assert all(g["samples"] >= 5 for g in a["gpus"].values())
+    assert 2.5 <= a["end"] - a["start"] <= 30
+    assert a["host"]["cpus_allocated"] is not None
+
+
+def test_epilog_with_daemon_down_then_daemon_finalises(daemon_cluster):
+    c = daemon_cluster
+    p = _start(c)
+    p.send_signal(signal.SIGKILL)          # down hard: the stale socket stays, hooks must time out
+    p.wait()
+    t0 = time.time()
+    job = c.sbatch("sleep 1\n", "--gres=gpu:1")
+    assert c.wait(job) == "COMPLETED"
+    assert time.time() - t0 < 30
+    prolog = c.job_record(job, "prolog")
+    epilog = c.wait_record(job, "epilog")
+    assert prolog["data"]["register"]["ok"] is False and prolog["data"]["register"]["pending"]
+    assert epilog["data"]["finalize"]["ok"] is False and epilog["data"]["finalize"]["pending"]
+    # each hook waited at most its request timeout for the daemon
+    assert prolog["steps"]["register"]["ms"] < 1000 * 1.0 + 500
+    assert epilog["steps"]["finalize"]["ms"] < 1000 * 1.0 + 500
+    p = _start(c)
+    try:
+        a = _aggregates(c, job)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+    assert a["job_id"] == job and a["partial"] is True
+    # the end is the epilog's time, not the daemon's late finalisation
+    assert abs(a["end"] - epilog["started"]) < 5
+    assert not list((Path(c.gpuperf_config()["general"]["state_dir"]) / "pending").glob(f"*-{job}.json"))
