@@ -394,3 +394,17 @@ def test_client_fails_fast_without_daemon(base):
     with pytest.raises(client.DaemonUnavailable):
         client.call(cfg, "ping")
     assert time.time() - t0 < 1.0
+
+
+def test_top_rows_from_live_reply(base):
+    from gpuperf.commands import top
+
+    cfg = make_cfg(base)
+    with Running(cfg, ScriptSampler(n=2, power_w=210.0, util=60.0)) as r:
+        assert r.call("register", {"job_id": 95, "uid": 0, "user": "root", "gpus": [1]})["ok"]
+        wait_for(lambda: r.d.latest)
+        live = r.call("live")
+    rows = top.rows(live)
+    assert [row[0] for row in rows] == ["0", "1"]
+    assert rows[0][1] == "-" and rows[1][1] == "95 (root)"
+    assert rows[1][2] == "60%" and rows[1][7] == "210 W"

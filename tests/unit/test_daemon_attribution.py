@@ -1,0 +1,155 @@
+"""GPU processes -> Slurm jobs (environ, ancestors, cgroup peers; never cgroup names), the mismatch
+rule, and per-job host usage from procfs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuperf.daemon import hostusage
+from gpuperf.daemon.attribution import (Attributor, mismatches, parse_cgroup, parse_environ_job, parse_stat)
+
+
+def test_parse_environ_job():
+    assert parse_environ_job(b"PATH=/bin\0SLURM_JOB_ID=1234\0X=1\0") == 1234
+    assert parse_environ_job(b"SLURM_JOBID=77\0") == 77
+    assert parse_environ_job(b"SLURM_JOB_ID_X=3\0SLURM_JOB_IDX=4\0") is None
+    assert parse_environ_job(b"SLURM_JOB_ID=abc\0") is None
+    assert parse_environ_job(b"") is None
+
+
+def test_parse_stat_with_hostile_command_name():
+    line = "4242 (evil) (name 1) S 17 4242 4242 0 -1 4194560 " + " ".join(["0"] * 8) + " 20 0 1 0 987654 " + " ".join(["0"] * 30)
+    assert parse_stat(line) == (17, 987654)
+    assert parse_stat("garbage") is None
+
+
+def test_parse_cgroup_v2_and_v1():
+    assert parse_cgroup("0::/system.slice/slurmstepd.scope/job_5/step_0/user/task_0\n") == \
+        "/system.slice/slurmstepd.scope/job_5/step_0/user/task_0"
+    v1 = "12:cpuacct,cpu:/slurm/uid_0/job_9/step_batch\n11:memory:/slurm/uid_0/job_9/step_batch\n"
+    assert parse_cgroup(v1) == "cpuacct,cpu:/slurm/uid_0/job_9/step_batch"
+    assert parse_cgroup("") is None
+
+
+def _spawn(env, *args):
+    return subprocess.Popen(list(args) or ["/bin/sleep", "30"], env=env)
+
+
+def test_real_processes_env_and_ancestor():
+    # a job's process, and a child of it that cleared its environment (env -i)
+    parent = subprocess.Popen(["/bin/sh", "-c", "/usr/bin/env -i /bin/sleep 30 & wait"],
+                              env={"SLURM_JOB_ID": "4242", "PATH": "/usr/bin:/bin"})
+    try:
+        attr = Attributor()
+        child = None
+        end = time.time() + 5
+        while time.time() < end and child is None:
+            kids = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
+            pids = kids.read_text().split() if kids.exists() else []
+            child = int(pids[0]) if pids else None
+            time.sleep(0.02)
+        assert child is not None
+        wait_env = time.time() + 5
+        while b"SLURM_JOB_ID" in Path(f"/proc/{child}/environ").read_bytes() and time.time() < wait_env:
+            time.sleep(0.02)              # still the forked shell, not yet exec'd env -i
+        time.sleep(0.1)
+        assert attr.job_of(parent.pid) == 4242
+        assert b"SLURM_JOB_ID" not in Path(f"/proc/{child}/environ").read_bytes()
+        assert attr.job_of(child) == 4242
+        assert attr.job_of(999_999_999) is None
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _fake_proc(root: Path, pid: int, ppid: int, environ: bytes, cgroup: str):
+    d = root / "proc" / str(pid)
+    d.mkdir(parents=True)
+    (d / "stat").write_text(f"{pid} (python3) S {ppid} 1 1 0 -1 0 " + " ".join(["0"] * 8) + " 20 0 1 0 5000 " + " ".join(["0"] * 30))
+    (d / "environ").write_bytes(environ)
+    (d / "cgroup").write_text(cgroup)
+
+
+def test_cgroup_peer_names_the_job_without_parsing_names(tmp_path):
+    # the cgroup is named by an opaque id (as Slurm 26's SLUIDs are): only a peer's environment says the job
+    cg = "/system.slice/slurmstepd.scope/sluid_0c3f9a/step_0/user/task_0"
+    _fake_proc(tmp_path, 100, 1, b"HOME=/\0", f"0::{cg}\n")                  # cleared env, parent init
+    _fake_proc(tmp_path, 101, 1, b"SLURM_JOB_ID=55\0", f"0::{cg}\n")
+    _fake_proc(tmp_path, 102, 1, b"", "0::/user.slice/sess-1\n")
+    procs = tmp_path / "cg" / cg.lstrip("/")
+    procs.mkdir(parents=True)
+    (procs / "cgroup.procs").write_text("100\n101\n")
+    (tmp_path / "cg" / "user.slice" / "sess-1").mkdir(parents=True)
+    (tmp_path / "cg" / "user.slice" / "sess-1" / "cgroup.procs").write_text("102\n")
+    attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"))
+    assert attr.job_of(100) == 55
+    assert attr.job_of(102) is None
+
+
+def test_pid_reuse_is_not_served_from_cache(tmp_path):
+    _fake_proc(tmp_path, 200, 1, b"SLURM_JOB_ID=1\0", "0::/a\n")
+    attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"))
+    assert attr.job_of(200) == 1
+    d = tmp_path / "proc" / "200"
+    (d / "stat").write_text((d / "stat").read_text().replace(" 5000 ", " 9000 "))   # new process, same pid
+    (d / "environ").write_bytes(b"SLURM_JOB_ID=2\0")
+    assert attr.job_of(200) == 2
+
+
+def test_mismatch_rule():
+    # allocated GPU: the job's own process is fine; another job's and a no-job process are not
+    ms = mismatches(0, [(1, 10), (2, 11), (3, None)], [10])
+    assert [(m.pid, m.job_id) for m in ms] == [(2, 11), (3, None)]
+    # shared GPU: processes of either registered job are fine
+    assert mismatches(0, [(1, 10), (2, 11)], [10, 11]) == []
+    # unallocated GPU: any process is unaccounted
+    assert [(m.pid, m.registered) for m in mismatches(1, [(5, 10)], [])] == [(5, ())]
+
+
+def test_scan_jobs_real_process_usage():
+    burn = subprocess.Popen(["/usr/bin/python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<0.6: pass\ntime.sleep(30)"],
+                            env={"SLURM_JOB_ID": "8080"})
+    try:
+        time.sleep(0.8)
+        attr = Attributor()
+        u = hostusage.scan_jobs(attr, {8080, 8081})
+        assert set(u) == {8080, 8081} and u[8081].procs == {}
+        (key, (cpu_s, _io)), = u[8080].procs.items()
+        assert key.startswith(f"{burn.pid}:")
+        assert 0.3 <= cpu_s <= 2.0
+        assert u[8080].rss_mib > 1.0
+    finally:
+        burn.kill()
+        burn.wait()
+
+
+def test_parse_stat_usage_fields():
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = ["S", "7", "1", "1", "0", "-1", "0", "0", "0", "0", "0", str(3 * ticks), str(ticks), "0", "0", "20", "0", "1",
+              "0", "12345", "1000", "256"] + ["0"] * 17 + [str(2 * ticks)]
+    u = hostusage.parse_stat_usage(9, "9 (x y) " + " ".join(fields))
+    page_mib = os.sysconf("SC_PAGE_SIZE") / 2**20
+    assert (u.ppid, u.start_ticks) == (7, 12345)
+    assert u.cpu_s == pytest.approx(4.0) and u.iowait_s == pytest.approx(2.0)
+    assert u.rss_mib == pytest.approx(256 * page_mib)
+
+
+def test_net_counters_from_sysfs_fixture(tmp_path):
+    stats = tmp_path / "class" / "net" / "eth0" / "statistics"
+    stats.mkdir(parents=True)
+    (stats / "rx_bytes").write_text("1000\n")
+    (stats / "tx_bytes").write_text("2000\n")
+    lo = tmp_path / "class" / "net" / "lo" / "statistics"
+    lo.mkdir(parents=True)
+    (lo / "rx_bytes").write_text("5\n")
+    (lo / "tx_bytes").write_text("5\n")
+    c = tmp_path / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    c.mkdir(parents=True)
+    (c / "port_rcv_data").write_text("250\n")
+    (c / "port_xmit_data").write_text("100\n")
+    assert hostusage.net_counters(str(tmp_path)) == {"eth0": (1000.0, 2000.0), "mlx5_0:1": (1000.0, 400.0)}
