@@ -1,0 +1,105 @@
+"""The job environment on a real Slurm: what a batch step and an srun step see, the user's own values,
+GPUPERF=off, and a bad admin policy that must cost nothing but the injection."""
+
+from __future__ import annotations
+
+import pwd
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+SHOW = r"env | grep -E '^(NCCL_|CUDA_DEVICE_ORDER|PYTORCH_CUDA_ALLOC_CONF|OMP_NUM_THREADS|GPUPERF_ENV_SET)=' | sed 's/^/{tag} /'"
+SCRIPT = f"""
+{SHOW.format(tag="batch")}
+srun -n1 --gres=gpu:1 sh -c "{SHOW.format(tag="step1").replace('"', chr(92) + '"')}"
+export OMP_NUM_THREADS=3
+srun -n1 --gres=gpu:1 sh -c "{SHOW.format(tag="step2").replace('"', chr(92) + '"')}"
+"""
+
+
+def _seen(output: str) -> dict[str, dict[str, str]]:
+    """{'batch': {NAME: value}, 'step1': {...}, ...} from the job's output."""
+    out: dict[str, dict[str, str]] = {}
+    for line in output.splitlines():
+        tag, _, kv = line.partition(" ")
+        if "=" in kv:
+            name, _, value = kv.partition("=")
+            out.setdefault(tag, {})[name] = value
+    return out
+
+
+def test_batch_and_srun_steps_see_the_injected_variables(slurm_cluster):
+    c = slurm_cluster
+    job = c.sbatch(SCRIPT, "--gres=gpu:2", "--cpus-per-task=4", "--job-name=env", user=c.user)
+    assert c.wait(job) == "COMPLETED", c.logs()
+    seen = _seen(c.job_output(job))
+    for tag in ("batch", "step1", "step2"):
+        assert seen.get(tag, {}).get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID", (tag, c.job_output(job))
+        assert seen[tag]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+        assert not [n for n in seen[tag] if n.startswith("NCCL_")]  # one node: no network variables
+    assert seen["batch"]["OMP_NUM_THREADS"] == "2"  # 4 CPUs for the 2 GPU processes of the batch task
+    assert seen["step1"]["OMP_NUM_THREADS"] == "4"  # the step's own value replaced the inherited one
+    assert seen["step2"]["OMP_NUM_THREADS"] == "3"  # the script's export is the user's: it survives
+
+    cache = c.run_dir / "jobs" / str(job) / "env.json"
+    st = cache.stat()
+    assert st.st_uid == pwd.getpwnam(c.user).pw_uid and st.st_mode & 0o777 == 0o600
+    recs = sorted((cache.parent / "env").glob("step-*.json"))
+    assert len(recs) >= 2, recs  # the batch step and the srun steps recorded what they exported
+
+
+def test_user_exported_value_survives(slurm_cluster):
+    c = slurm_cluster
+    job = c.sbatch(SCRIPT, "--gres=gpu:1", "--export=ALL,PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6",
+                   user=c.user)
+    assert c.wait(job) == "COMPLETED", c.logs()
+    seen = _seen(c.job_output(job))
+    for tag in ("batch", "step1", "step2"):
+        assert seen[tag]["PYTORCH_CUDA_ALLOC_CONF"] == "garbage_collection_threshold:0.6", (tag, seen)
+        assert seen[tag]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+def test_gpuperf_off_injects_nothing(slurm_cluster):
+    c = slurm_cluster
+    job = c.sbatch(SCRIPT, "--gres=gpu:1", "--export=ALL,GPUPERF=off", user=c.user)
+    assert c.wait(job) == "COMPLETED", c.logs()
+    seen = _seen(c.job_output(job))
+    assert "CUDA_DEVICE_ORDER" not in seen.get("batch", {}) and "CUDA_DEVICE_ORDER" not in seen.get("step1", {})
+    assert seen["step2"] == {"OMP_NUM_THREADS": "3"}
+
+
+BAD_POLICY = """
+[general]
+run_dir = "{run}"
+log_file = "{log}"
+node_root = "{root}"
+[env]
+[[env.rules]]
+name = "guide-tree"
+set = {{ NCCL_ALGO = "Tree" }}
+"""
+
+
+def test_bad_policy_is_one_clear_error_and_exports_nothing(gpuperf_config_reset):
+    c = gpuperf_config_reset
+    cfg = c.gpuperf_config()
+    text = BAD_POLICY.format(run=c.run_dir, log=cfg["general"]["log_file"], root=cfg["general"].get("node_root", ""))
+    c.write_gpuperf_config(text)
+    p = c.run("gpuperf", "env")
+    assert p.returncode == 2
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "guide-tree" in err[0] and "NCCL_ALGO" in err[0] and "force = true" in err[0], err
+    job = c.sbatch(SCRIPT, "--gres=gpu:1", user=c.user)
+    assert c.wait(job) == "COMPLETED", c.logs()  # the job runs; gpuperf's broken config costs it nothing
+    seen = _seen(c.job_output(job))
+    assert "CUDA_DEVICE_ORDER" not in seen.get("batch", {}) and "NCCL_ALGO" not in seen.get("batch", {})
+    assert seen["step2"] == {"OMP_NUM_THREADS": "3"}
+    # hooks on a broken config log to the default log file (tests/cluster/README.md)
+    logs = c.gpuperf_log()
+    try:
+        with open("/var/log/gpuperf/gpuperf.log") as f:
+            logs += f.read()
+    except OSError:
+        pass
+    assert "guide-tree" in logs
