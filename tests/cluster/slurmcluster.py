@@ -286,7 +286,9 @@ class SlurmCluster:
             _write(l.dir / "plugstack.conf", "# SPANK plugins of this test cluster\n")
         for hook in sc.HOOKS:
             _write(l.hook_dir / hook, sc.hook_script(l, hook), 0o755)
-        if not l.gpuperf_conf.exists():
+        if l.gpuperf_conf.exists():
+            self.write_gpuperf_config(l.gpuperf_conf.read_text())  # refreshes the nodes' copies
+        else:
             self.reset_gpuperf_config()
         log = l.log_dir / "gpuperf.log"
         if not log.exists():
@@ -494,26 +496,60 @@ class SlurmCluster:
         except OSError:
             return ""
 
-    def job_record(self, job_id: int, hook: str) -> dict | None:
-        """What gpuperf's hook ``hook`` recorded for the job (``<run_dir>/jobs/<id>/<hook>.json``)."""
+    def node_config(self, node: str) -> dict:
+        """The gpuperf config a node's hooks read (parsed; {} when not valid TOML)."""
         try:
-            return json.loads((self.run_dir / "jobs" / str(job_id) / f"{hook}.json").read_text())
+            return tomllib.loads(sc.node_gpuperf_conf(self.layout, node).read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            return {}
+
+    def node_run_dir(self, node: str | None = None) -> Path:
+        """gpuperf's run_dir as a node's hooks see it (None: the controller's, ``run_dir``)."""
+        if node is None or len(self.node_names) == 1:
+            return self.run_dir
+        return Path(self.node_config(node).get("general", {}).get("run_dir", f"{self.run_dir}/{node}"))
+
+    def node_env(self, node: str) -> dict[str, str]:
+        """``env`` for a gpuperf command acting as that node (its own config)."""
+        return dict(self.env, GPUPERF_CONFIG=str(sc.node_gpuperf_conf(self.layout, node)))
+
+    def node_cmd(self, node: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed to run in the node's network namespace (unchanged on a single node)."""
+        ns = next(n.netns for n in self.layout.nodes if n.name == node)
+        return ["/usr/bin/nsenter", f"--net=/run/netns/{ns}", *argv] if ns else list(argv)
+
+    def _record_dir(self, job_id: int, node: str | None, hook: str) -> Path:
+        if hook == "epilog-slurmctld":
+            node = None
+        elif node is None:
+            node = self.node_names[0]
+        return self.node_run_dir(node) / "jobs" / str(job_id)
+
+    def job_record(self, job_id: int, hook: str, node: str | None = None) -> dict | None:
+        """What gpuperf's hook ``hook`` recorded (``<run_dir>/jobs/<id>/<hook>.json``); node hooks of a
+        multi-node instance: that node's (default: the first)."""
+        try:
+            return json.loads((self._record_dir(job_id, node, hook) / f"{hook}.json").read_text())
         except (OSError, ValueError):
             return None
 
-    def job_records(self, job_id: int) -> dict[str, dict]:
-        """Every hook record of the job by file stem (``prolog``, ``taskprolog.<pid>``, ...)."""
+    def job_records(self, job_id: int, node: str | None = None) -> dict[str, dict]:
+        """Every hook record of the job on ``node`` (default: the first) and the controller's, by file
+        stem (``prolog``, ``taskprolog.<pid>``, ``epilog-slurmctld``, ...)."""
         out = {}
-        for f in sorted((self.run_dir / "jobs" / str(job_id)).glob("*.json")):
-            with contextlib.suppress(OSError, ValueError):
-                out[f.stem] = json.loads(f.read_text())
+        dirs = dict.fromkeys((self._record_dir(job_id, node, "prolog"), self._record_dir(job_id, None,
+                                                                                          "epilog-slurmctld")))
+        for d in dirs:
+            for f in sorted(d.glob("*.json")):
+                with contextlib.suppress(OSError, ValueError):
+                    out[f.stem] = json.loads(f.read_text())
         return out
 
-    def wait_record(self, job_id: int, hook: str, timeout: float = 15) -> dict:
+    def wait_record(self, job_id: int, hook: str, timeout: float = 15, node: str | None = None) -> dict:
         """Wait for a hook's record (EpilogSlurmctld finishes after the job shows COMPLETED)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            rec = self.job_record(job_id, hook)
+            rec = self.job_record(job_id, hook, node)
             if rec is not None:
                 return rec
             time.sleep(0.2)
@@ -537,9 +573,23 @@ class SlurmCluster:
                 self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", timeout=10)
 
     def write_gpuperf_config(self, config: str | dict) -> None:
-        """Replace the instance's gpuperf config (TOML text, or a dict of sections); hooks re-read it."""
+        """Replace the instance's gpuperf config (TOML text, or a dict of sections); hooks re-read it.
+
+        On a multi-node instance each node gets a copy whose run_dir, state_dir and daemon
+        socket_dir end in ``/<node>`` (re-rendered TOML; TOML that does not parse is copied as is).
+        """
         text = config if isinstance(config, str) else sc.to_toml(config)
         _write(self.layout.gpuperf_conf, text)
+        if len(self.node_names) == 1:
+            return
+        try:
+            data = config if isinstance(config, dict) else tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            data = None
+        for node in self.node_names:
+            path = sc.node_gpuperf_conf(self.layout, node)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write(path, text if data is None else sc.to_toml(sc.for_node(data, node)))
 
     def reset_gpuperf_config(self) -> None:
         """Back to the instance's default gpuperf config (every path inside the instance dir)."""

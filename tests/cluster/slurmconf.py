@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuperf import config as gpuperf_config
+
 ROOT = Path("/tmp")
 VENV_BIN = Path("/opt/gpuperf/venv/bin")
 HOOKS = {  # wrapper name in <dir>/hooks -> gpuperf entry point
@@ -47,6 +49,8 @@ class Layout:
     ctld_port: int
     slurmd_port: int
     dbd_port: int
+    metrics_port: int  # gpuperf daemon's /metrics (per instance: several run side by side)
+    collector_port: int  # gpuperf controller's collector
     first_job_id: int
     nodes: tuple[Node, ...]
     gpus: int
@@ -121,8 +125,8 @@ def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: i
     h = zlib.crc32(name.encode())
     word = re.sub(r"[^a-z0-9]", "", name.lower()) or "c"
     d = root / f"gpuperf-slurm-{name}"
-    # ports below the ephemeral range (32768+) so a client's source port never takes ours
-    base = 20000 + (h % 3000) * 4
+    # 8 ports per instance, below the ephemeral range (32768+) so a client's source port never takes ours
+    base = 20000 + (h % 1500) * 8
     multi = nodes > 1
     subnet = f"10.77.{h % 250 + 1}" if multi else None
     node_list = []
@@ -138,7 +142,7 @@ def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: i
     return Layout(
         name=name, dir=d, hostname=hostname, cluster_name=f"gp{word}"[:30],
         ctld_addr=f"{subnet}.1" if multi else "127.0.0.1",
-        ctld_port=base, slurmd_port=base + 1, dbd_port=base + 2,
+        ctld_port=base, slurmd_port=base + 1, dbd_port=base + 2, metrics_port=base + 3, collector_port=base + 4,
         first_job_id=1000 + (h % 9000) * 1000,
         nodes=tuple(node_list), gpus=gpus, cpus=cpus, mem_mb=mem_mb, cgroup=not multi,
         subnet=subnet, bridge=f"gpbr{h % 100000:05d}" if multi else None,
@@ -250,16 +254,31 @@ def slurmdbd_conf(l: Layout) -> str:
     ]) + "\n"
 
 
+NODE_HOOKS = ("prolog", "epilog", "taskprolog")
+
+
 def hook_script(l: Layout, hook: str) -> str:
-    """A wrapper Slurm runs as a hook: hooks get no PATH, so everything is absolute."""
-    return (f"#!/bin/sh\n# gpuperf {hook} hook of test cluster {l.name} (generated)\n"
-            f"export GPUPERF_CONFIG={l.gpuperf_conf}\n"
-            f"export SLURM_CONF={l.slurm_conf}\n"
-            f"exec {VENV_BIN / HOOKS[hook]} \"$@\"\n")
+    """A wrapper Slurm runs as a hook: hooks get no PATH, so everything is absolute.
+
+    On a multi-node instance every node hook reads its node's config (own run_dir and daemon
+    socket), because all the nodes share this machine's file system.
+    """
+    lines = ["#!/bin/sh", f"# gpuperf {hook} hook of test cluster {l.name} (generated)",
+             f"GPUPERF_CONFIG={l.gpuperf_conf}"]
+    if len(l.nodes) > 1 and hook in NODE_HOOKS:
+        node_conf = f"{l.dir}/nodes/$SLURMD_NODENAME/gpuperf.toml"
+        lines.append(f'[ -n "$SLURMD_NODENAME" ] && [ -f "{node_conf}" ] && GPUPERF_CONFIG="{node_conf}"')
+    lines += ["export GPUPERF_CONFIG", f"export SLURM_CONF={l.slurm_conf}", f'exec {VENV_BIN / HOOKS[hook]} "$@"']
+    return "\n".join(lines) + "\n"
+
+
+def node_gpuperf_conf(l: Layout, node: str) -> Path:
+    """The gpuperf config a node's hooks read (the instance's own on a single node)."""
+    return l.gpuperf_conf if len(l.nodes) == 1 else l.dir / "nodes" / node / "gpuperf.toml"
 
 
 def gpuperf_defaults(l: Layout) -> dict[str, dict[str, Any]]:
-    """The instance's gpuperf config: every path inside the instance directory."""
+    """The instance's gpuperf config: every path inside the instance directory, ports of its own."""
     return {
         "general": {
             "run_dir": str(l.run_dir),
@@ -268,9 +287,23 @@ def gpuperf_defaults(l: Layout) -> dict[str, dict[str, Any]]:
             "slurm_bin_dir": "/usr/bin",
             "node_root": l.node_root,
         },
-        "daemon": {"socket_dir": str(l.run_dir / "daemon")},
-        "controller": {"store": str(l.state_dir / "cluster.sqlite")},
+        "daemon": {"socket_dir": str(l.run_dir / "daemon"), "metrics_port": l.metrics_port},
+        "controller": {"store": str(l.state_dir / "cluster.sqlite"), "port": l.collector_port,
+                       "address": f"{l.ctld_addr}:{l.collector_port}",
+                       # the job stays COMPLETING while EpilogSlurmctld waits: keep test jobs quick
+                       "merge_wait_s": 3.0},
     }
+
+
+def for_node(data: dict[str, dict[str, Any]], node: str) -> dict[str, dict[str, Any]]:
+    """A config as one node of a multi-node instance reads it: its run, state and socket dirs are its own."""
+    defaults = gpuperf_config.defaults()
+    out = {s: dict(v) if isinstance(v, dict) else v for s, v in data.items()}
+    for section, key in (("general", "run_dir"), ("general", "state_dir"), ("daemon", "socket_dir")):
+        table = out.setdefault(section, {})
+        if isinstance(table, dict):
+            table[key] = f"{table.get(key, defaults.data[section][key])}/{node}"
+    return out
 
 
 def to_toml(data: dict[str, dict[str, Any]]) -> str:

@@ -110,3 +110,22 @@ def test_broken_gpuperf_config_costs_nothing_and_logs_one_line_per_hook(slurm_cl
     assert c.node_states()[c.node_names[0]] in ("idle", "mix"), c.node_reason(c.node_names[0])
     assert c.wait_sacct(job, "COMPLETED")["State"] == "COMPLETED"
     shutil.rmtree(Path(defaults.run_dir) / "jobs" / str(job), ignore_errors=True)
+
+
+def test_two_node_job_runs_each_node_hook_on_its_node(slurm_cluster2):
+    c = slurm_cluster2
+    n1, n2 = c.node_names
+    job = c.sbatch("/usr/bin/srun /bin/sh -c 'echo $SLURMD_NODENAME $SLURM_JOB_GPUS'\n",
+                   "-N2", "--ntasks-per-node=1", "--gres=gpu:2")
+    assert c.wait(job) == "COMPLETED", c.logs()
+    assert sorted(c.job_output(job).splitlines()) == [f"{n1} 0,1", f"{n2} 0,1"]
+    slurmctld = c.wait_record(job, "epilog-slurmctld")["context"]
+    for node in (n1, n2):
+        records = c.job_records(job, node)
+        for hook in NODE_HOOKS:
+            ctx = records[hook]["context"]
+            assert (ctx["job_id"], ctx["node"], ctx["gpus"]) == (job, node, [0, 1]), f"{hook} on {node}"
+        # batch step on the first node only, one srun task per node
+        assert len(_taskprologs(records)) == (2 if node == n1 else 1), sorted(records)
+    assert c.run("scontrol", "show", "hostnames", slurmctld["nodelist"]).stdout.split() == [n1, n2]
+    assert c.wait_sacct(job, "COMPLETED", fields=("NNodes",))["NNodes"] == "2"
