@@ -129,3 +129,12 @@ class Slurm:
             if len(vals) == len(fields):
                 return dict(zip(fields, vals))
         return {}
+
+    def node_cpu_layout(self, node: str) -> tuple[int, int, int] | None:
+        """(sockets, cores per socket, threads per core) Slurm has for ``node``: the key to its abstract CPU ids."""
+        out = self.run("scontrol", "show", "node", "-o", node)
+        fields = dict(tok.partition("=")[::2] for tok in out.split() if "=" in tok)
+        try:
+            return int(fields["Sockets"]), int(fields["CoresPerSocket"]), int(fields["ThreadsPerCore"])
+        except (KeyError, ValueError):
+            return None
