@@ -115,6 +115,31 @@ def format_omp_places(places: list[tuple[int, ...]]) -> str:
     return ",".join(parts)
 
 
+def slurm_ids_to_os(ids: Iterable[int], topology: Mapping[str, Any], sockets: int, cores_per_socket: int,
+                    threads_per_core: int) -> list[int] | None:
+    """Slurm's abstract CPU ids (``scontrol show job -d`` CPU_IDs: socket, core, thread order) as OS CPU ids.
+
+    Sockets are the NUMA nodes with CPUs taken in order (several per socket when their count is a
+    multiple); ids past what the node has are dropped, so the result is never more than the job holds.
+    None when the node's NUMA layout cannot be matched to Slurm's sockets.
+    """
+    numa = sorted((int(n["id"]), sorted(n.get("cpus") or [])) for n in topology.get("numa_nodes") or [])
+    numa = [cs for _, cs in numa if cs]
+    if sockets < 1 or cores_per_socket < 1 or threads_per_core < 1 or not numa or len(numa) % sockets:
+        return None
+    siblings = (topology.get("cpus") or {}).get("siblings") or {}
+    per = len(numa) // sockets
+    socket_cores = [_cores(sorted(c for cs in numa[s * per:(s + 1) * per] for c in cs), siblings, True)
+                    for s in range(sockets)]
+    out = set()
+    for a in ids:
+        s, rest = divmod(a, cores_per_socket * threads_per_core)
+        c, t = divmod(rest, threads_per_core)
+        if s < len(socket_cores) and c < len(socket_cores[s]) and t < len(socket_cores[s][c]):
+            out.add(socket_cores[s][c][t])
+    return sorted(out)
+
+
 # --- the plan ---------------------------------------------------------------------------------
 
 def assign_gpus(gpus: Iterable[int], tasks: int) -> list[tuple[int, ...]]:
@@ -243,8 +268,8 @@ def _mem(nodes: tuple[int, ...], mem_policy: str) -> tuple[tuple[int, ...], str]
 
 def plan_counts(alloc: Allocation, known: Iterable[int] = ()) -> list[int]:
     """Task counts to plan for: the prolog cannot know each step's shape, so 1..max(8, GPUs) and the known ones."""
-    limit = max(1, len(alloc.cpus))
-    counts = {t for t in range(1, max(8, len(alloc.gpus)) + 1) if t <= limit}
+    # not capped by the CPU count: ranks share CPUs when there are more ranks than CPUs
+    counts = set(range(1, max(8, len(alloc.gpus)) + 1))
     counts.update(t for t in known if t and t >= 1)
     return sorted(counts)
 

@@ -67,15 +67,16 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
     text = cgroup_cpus(cfg.affinity.cgroup_root, ctx.uid, ctx.job_id) if ctx.job_id is not None else None
     if text:
         return affinity.parse_cpu_list(text), "cgroup"
+    slurm = Slurm(cfg.general.slurm_bin_dir)
     try:
-        ids = Slurm(cfg.general.slurm_bin_dir).job_cpu_ids(ctx.job_id, ctx.node) if ctx.job_id is not None else None
-    except SlurmError:
-        ids = None
-    if ids:
-        try:
-            return affinity.parse_cpu_list(ids), "scontrol"
-        except ValueError:
-            pass
+        ids = slurm.job_cpu_ids(ctx.job_id, ctx.node) if ctx.job_id is not None else None
+        # CPU_IDs are Slurm's abstract ids (socket, core, thread order), not the kernel's
+        layout = slurm.node_cpu_layout(ctx.node) if ids and ctx.node else None
+        mapped = affinity.slurm_ids_to_os(affinity.parse_cpu_list(ids), topology, *layout) if layout else None
+    except (SlurmError, ValueError):
+        mapped = None
+    if mapped:
+        return mapped, "scontrol"
     return online, "all"
 
 

@@ -121,6 +121,8 @@ def test_every_rank_of_a_4_task_srun_ends_on_its_planned_cpus(cluster):
         off = out[("1", rank)]
         assert applied[("1", rank)]["status"] == "off" and off["mem"] == "default" and off["gpuperf"] == "off"
     assert len({out[("0", r)]["cpus"] for r in range(4)}) == 2  # the two NUMA nodes, not one CPU for all
+    # the prolog cannot see the job's cpuset yet (22.05 creates it after the Prolog): Slurm's CPU ids
+    assert c.job_record(job, "prolog")["data"]["affinity"]["cpus_source"] == "scontrol"
     assert applied[("0", 0)]["pid"] != applied[("0", 1)]["pid"]
     assert (c.run_dir / "jobs" / str(job) / "applied").stat().st_uid != 0  # the job user's directory
 

@@ -205,7 +205,20 @@ def test_plan_file_round_trip(hgx):
 def test_plan_counts_cover_one_to_gpus_and_known_shapes():
     alloc = aff.Allocation(gpus=tuple(range(8)), cpus=tuple(range(64)))
     assert aff.plan_counts(alloc, known=[32]) == list(range(1, 9)) + [32]
-    assert aff.plan_counts(aff.Allocation(gpus=(0,), cpus=(0, 1)), known=[]) == [1, 2]
+    assert aff.plan_counts(aff.Allocation(gpus=tuple(range(16)), cpus=(0, 1)), known=[]) == list(range(1, 17))
+
+
+def test_slurm_abstract_cpu_ids_map_to_os_ids_core_by_core(hgx):
+    # Slurm numbers CPUs socket, core, thread; the kernel numbers first threads, then siblings
+    assert aff.slurm_ids_to_os(range(0, 4), hgx, 2, 56, 2) == sorted([0, 1] + [
+        max(hgx["cpus"]["siblings"]["0"]), max(hgx["cpus"]["siblings"]["1"])])
+    second_socket_first_core = min(sorted(numa_cpus(hgx, 1)))
+    assert aff.slurm_ids_to_os([112], hgx, 2, 56, 2) == [second_socket_first_core]
+    # Slurm configured without threads: ids are cores, only their first threads are the job's for sure
+    assert aff.slurm_ids_to_os(range(0, 3), hgx, 2, 56, 1) == [0, 1, 2]
+    # ids beyond the node are dropped; a layout that does not fit the NUMA nodes cannot be mapped
+    assert aff.slurm_ids_to_os([10_000], hgx, 2, 56, 2) == []
+    assert aff.slurm_ids_to_os([0], hgx, 3, 56, 2) is None
 
 
 @pytest.mark.parametrize("text,err", [
