@@ -1,0 +1,172 @@
+"""The per-job report with the real Slurm test cluster: node summaries travel (munge, pyzmq) to the
+collector, the real EpilogSlurmctld merges them and writes the AdminComment with sacctmgr, and
+``gpuperf report`` reads it back from sacct alone.
+
+Node summaries are built here with gpuperf's own functions (from a real recording when
+``tests/data/recordings`` has one, else synthetic aggregates) and sent from inside each node's
+network namespace, as the node epilog would. Run with ``GPUPERF_TEST_CLUSTER=report``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from gpuperf import admincomment, summary
+from gpuperf.report import clusterstore, fromrecording
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = "/opt/gpuperf/venv/bin/python"
+RECORDINGS = sorted((ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
+SEND = ("import json, sys\nfrom gpuperf import config\nfrom gpuperf.report import transport\n"
+        "cfg = config.load()\ns = json.load(open(sys.argv[1]))\n"
+        "try:\n    print(json.dumps(transport.send_node_summary(cfg, s, timeout_s=3, attempts=1)))\n"
+        "except transport.TransportError as e:\n    print('REFUSED', e)\n    sys.exit(3)\n")
+
+
+def _aggregates(job_id: int, node: str) -> dict:
+    if RECORDINGS:
+        return fromrecording.replay_job(str(RECORDINGS[0]), job_id=job_id, node=node, gpus=2)[0]
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from report_fixtures import aggregates
+
+    return aggregates(job_id=job_id, node=node, ngpus=2, seconds=60.0)
+
+
+def _node_summary(job_id: int, node: str) -> dict:
+    return summary.node_summary(_aggregates(job_id, node), {"job_id": job_id, "node": node, "user": "root", "uid": 0})
+
+
+@contextmanager
+def _collector(c):
+    """The controller's collector, as the instance's config says (port, store)."""
+    p = subprocess.Popen([PY, "-m", "gpuperf.report.collector"], env=c.env, stderr=subprocess.PIPE, text=True)
+    port = c.gpuperf_config()["controller"]["port"]
+    end = time.time() + 15
+    import socket
+
+    while time.time() < end:
+        assert p.poll() is None, f"collector exited: {p.stderr.read()}"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    try:
+        yield p
+    finally:
+        p.terminate()
+        p.wait(10)
+
+
+def _send(c, node: str, s: dict, user: str | None = None) -> subprocess.CompletedProcess:
+    """Send a node summary from inside the node's network namespace (as root, or as ``user``)."""
+    path = c.dir / "out" / f"summary-{s['job_id']}-{node}.json"
+    path.write_text(json.dumps(s))
+    path.chmod(0o644)
+    argv = [PY, "-c", SEND, str(path)]
+    if user:
+        argv = ["/usr/sbin/runuser", "-u", user, "--", *argv]
+    return subprocess.run(c.node_cmd(node, argv), env=c.node_env(node), capture_output=True, text=True, timeout=30)
+
+
+def _wait_running(c, job: int, timeout: float = 30) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if c.job_state(job) == "RUNNING":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"job {job} not running: {c.job_state(job)}")
+
+
+def _admin_comment(c, job: int) -> str:
+    out = c.run("sacct", "-n", "-X", "-P", "-j", job, "-o", "AdminComment%65535", check=True).stdout
+    return next((l for l in out.splitlines() if l.strip()), "")
+
+
+def _set_wait(c, merge_wait_s: float) -> None:
+    cfg = c.gpuperf_config()
+    cfg.setdefault("controller", {})["merge_wait_s"] = merge_wait_s
+    c.write_gpuperf_config(cfg)
+
+
+def test_admin_comment_in_sacct_decodes_to_the_summary(slurm_cluster):
+    c = slurm_cluster
+    node = c.node_names[0]
+    with _collector(c):
+        job = c.sbatch("sleep 2\n", "--gres=gpu:2")
+        _wait_running(c, job)
+        s = _node_summary(job, node)
+        sent = _send(c, node, s)
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert c.wait(job) == "COMPLETED"
+        rec = c.wait_record(job, "epilog-slurmctld", timeout=60)
+    assert rec["steps"]["merge"]["ok"], rec
+    text = _admin_comment(c, job)
+    assert text.startswith("gpuperf:v1 class=")
+    decoded = admincomment.decode(text)
+    assert decoded == summary.merge([s], [node])
+    with clusterstore.ClusterStore(c.gpuperf_config()["controller"]["store"]) as st:
+        assert st.job(job) == decoded
+    # plain sacct shows the headline
+    short = c.run("sacct", "-j", job, "-X", "-o", "JobID,AdminComment%120", check=True).stdout
+    assert f"class={decoded['diagnosis']['class']}" in short
+    # the report from sacct alone, for root; another user may not read it
+    rep = c.run("gpuperf", "report", job, "--source", "sacct", "--json", check=True)
+    assert json.loads(rep.stdout) == decoded
+    other = c.run("gpuperf", "report", job, "--source", "sacct", user=c.user)
+    assert other.returncode == 1 and "not yours" in other.stderr
+
+
+def test_two_node_job_gets_one_merged_summary(slurm_cluster2):
+    c = slurm_cluster2
+    n1, n2 = c.node_names
+    _set_wait(c, 20.0)
+    with _collector(c):
+        job = c.sbatch("sleep 3\n", "-N2", "--gres=gpu:2")
+        _wait_running(c, job)
+        parts = [_node_summary(job, n) for n in (n1, n2)]
+        for n, s in zip((n1, n2), parts):
+            sent = _send(c, n, s)
+            assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert c.wait(job) == "COMPLETED"
+        c.wait_record(job, "epilog-slurmctld", timeout=60)
+    decoded = admincomment.decode(_admin_comment(c, job))
+    assert decoded["nodes"] == sorted([n1, n2]) and decoded["job"]["gpu_count"] == 4
+    assert not decoded["quality"]["partial"]
+    assert decoded == summary.merge(parts, [n1, n2])
+
+
+def test_silent_node_makes_it_partial_within_the_bound_and_forged_summary_is_rejected(slurm_cluster2):
+    c = slurm_cluster2
+    n1, n2 = c.node_names
+    wait_s = 3.0
+    _set_wait(c, wait_s)
+    try:
+        with _collector(c):
+            job = c.sbatch("sleep 2\n", "-N2", "--gres=gpu:2")
+            _wait_running(c, job)
+            assert _send(c, n1, _node_summary(job, n1)).returncode == 0
+            # n2 "reports" as an ordinary user: munge vouches for that uid, the collector refuses it
+            forged = _send(c, n2, _node_summary(job, n2), user=c.user)
+            assert forged.returncode == 3 and "not authenticated" in forged.stdout, forged.stdout + forged.stderr
+            assert c.wait(job) == "COMPLETED"
+            rec = c.wait_record(job, "epilog-slurmctld", timeout=60)
+    finally:
+        c.reset_gpuperf_config()
+    merge = rec["data"]["merge"]
+    assert merge["reported"] == [n1] and merge["partial"]
+    assert wait_s <= merge["waited_s"] < wait_s + 3
+    decoded = admincomment.decode(_admin_comment(c, job))
+    assert decoded["quality"]["partial"] and decoded["quality"]["nodes_missing"] == [n2]
+    assert admincomment.decode_headline(_admin_comment(c, job))["partial"] == "1"
+    with clusterstore.ClusterStore(c.gpuperf_config()["controller"]["store"]) as st:
+        assert list(st.node_summaries(job)) == [n1]
