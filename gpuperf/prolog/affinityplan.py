@@ -21,6 +21,7 @@ from gpuperf.slurm import Slurm, SlurmError
 
 PLAN_FILE = "affinity.plan"
 APPLIED_DIR = "applied"
+REPORT_FILE = "affinity.json"  # the planned view the summary reads until tasks report (see report())
 
 
 def plan_path(run_dir: str, job_id: int) -> Path:
@@ -104,6 +105,7 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
     jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
     _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans))
     _applied_dir(jdir / APPLIED_DIR, ctx.uid)
+    jobstate.write_json(jdir / REPORT_FILE, _planned_view(plans, alloc))
     # the report shows the one-rank-per-GPU shape (the common one) and the job's own shape when known
     shown = {p.tasks: p for p in plans if p.tasks in (max(1, len(alloc.gpus)), ctx.ntasks_local or 0)}
     state.data["affinity"] = {
@@ -132,14 +134,72 @@ def _applied_dir(path: Path, uid: int | None) -> None:
 
 def applied_records(run_dir: str, job_id: int) -> list[dict[str, str]]:
     """What each task applied (``applied/<step>.<rank>`` lines), sorted by step and rank; [] when none."""
+    return _applied_in(jobstate.job_dir(run_dir, job_id) / APPLIED_DIR)
+
+
+def _applied_in(d: Path) -> list[dict[str, str]]:
     out = []
-    for f in sorted((jobstate.job_dir(run_dir, job_id) / APPLIED_DIR).glob("*")):
+    for f in sorted(d.glob("*")):
         try:
-            rec = affinity.parse_applied_line(f.read_text(errors="replace"))
+            out.append(affinity.parse_applied_line(f.read_text(errors="replace")))
         except (OSError, ValueError):
             continue
-        out.append(rec)
     return sorted(out, key=lambda r: (r.get("step", ""), int(r.get("rank", "0") or 0)))
+
+
+def report(job_dir: str | Path) -> dict[str, Any] | None:
+    """The job's affinity for its report: per rank (latest step) GPU, NUMA node, CPUs, what happened.
+
+    ``{"<rank>": {"gpu", "numa", "cpus": [..], "status", "mem", "step"}, "statuses": {status: n},
+    "warnings": [..], "noop": str|None, "cpus_source": str}``; before any task ran, the ranks are the
+    prolog's plan for one rank per GPU (status "planned"). None when the prolog left nothing.
+    """
+    d = Path(job_dir)
+    planned = jobstate.read_json(d / REPORT_FILE)
+    try:
+        parsed = affinity.parse_plan_text((d / PLAN_FILE).read_text())
+    except (OSError, ValueError):
+        parsed = None
+    if planned is None and parsed is None:
+        return None
+    out: dict[str, Any] = dict(planned or {})
+    records = _applied_in(d / APPLIED_DIR)
+    if records:
+        out = {k: v for k, v in out.items() if not k.isdigit()}  # what tasks applied replaces the plan
+        # the latest step of each rank; the batch step counts only where no srun step ran
+        def order(r: dict[str, str]) -> tuple[int, int]:
+            step = r.get("step", "")
+            return (0 if not step.isdigit() else 1, int(step) if step.isdigit() else 0)
+
+        for r in sorted(records, key=order):
+            out[r.get("rank", "0")] = {
+                "gpu": r.get("gpus"), "numa": r.get("numa"), "status": r.get("status"), "mem": r.get("mem"),
+                "step": r.get("step"), "cpus": _cpus(r.get("cpus")),
+            }
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
+        out["statuses"] = counts
+    if parsed is not None:
+        out["warnings"], out["noop"] = parsed.warnings, parsed.noop
+    return out
+
+
+def _cpus(text: str | None) -> list[int]:
+    try:
+        return affinity.parse_cpu_list(text) if text and text != "none" else []
+    except ValueError:
+        return []
+
+
+def _planned_view(plans: list[affinity.AffinityPlan], alloc: affinity.Allocation) -> dict[str, Any]:
+    """The report's view before any task ran: one rank per GPU as planned."""
+    shape = next((p for p in plans if p.tasks == max(1, len(alloc.gpus))), None)
+    view: dict[str, Any] = {"cpus_source": alloc.cpus_source}
+    for r in (shape.ranks if shape else []):
+        view[str(r.rank)] = {"gpu": affinity.format_cpu_list(r.gpus), "numa": affinity.format_cpu_list(r.numa_nodes),
+                             "cpus": list(r.cpus), "status": "planned", "mem": r.mem_policy, "step": None}
+    return view
 
 
 def plan_warnings(run_dir: str, job_id: int) -> list[str]:

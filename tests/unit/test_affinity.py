@@ -410,3 +410,25 @@ def test_gpuperf_run_off_or_broken_plan_still_runs_the_command_unpinned(tmp_path
     missing = subprocess.run([sys.executable, "-m", "gpuperf.wrappers.run", "/nonexistent/cmd"],
                              capture_output=True, text=True, env=_run_env(tmp_path, None))
     assert missing.returncode == 127 and "cannot run /nonexistent/cmd" in missing.stderr
+
+
+def test_report_shows_the_plan_until_tasks_report_then_what_they_applied(tmp_path, hgx):
+    cg = tmp_path / "cg" / "cpuset" / "slurm" / f"uid_{os.getuid()}" / "job_81"
+    cg.mkdir(parents=True)
+    (cg / "cpuset.cpus").write_text(aff.format_cpu_list(all_cpus(hgx)))
+    affinityplan.step(_ctx(81, gpus=range(8)), _cfg(tmp_path, hgx), HookState())
+    jdir = tmp_path / "run" / "jobs" / "81"
+    before = affinityplan.report(jdir)
+    assert before["cpus_source"] == "cgroup" and before["noop"] is None
+    assert [before[str(r)]["gpu"] for r in range(8)] == [str(r) for r in range(8)]
+    assert {before[str(r)]["status"] for r in range(8)} == {"planned"}
+    assert set(before["7"]["cpus"]) <= numa_cpus(hgx, 1)
+    for step, rank, cpus in (("batch", 0, "0-223"), ("0", 0, "0-55,112-167"), ("0", 1, "56-111,168-223")):
+        (jdir / "applied" / f"{step}.{rank}").write_text(aff.applied_line(
+            {"job": 81, "step": step, "rank": rank, "tasks": 2, "status": "ok", "gpus": "0-3" if rank == 0 else "4-7",
+             "numa": str(rank), "cpus": cpus, "policy": "bind", "mem": "ok"}))
+    after = affinityplan.report(jdir)
+    assert sorted(k for k in after if k.isdigit()) == ["0", "1"]  # the planned 8 ranks are gone
+    assert after["0"]["step"] == "0" and after["0"]["cpus"] == sorted(numa_cpus(hgx, 0))
+    assert after["1"]["gpu"] == "4-7" and after["statuses"] == {"ok": 3}
+    assert affinityplan.report(tmp_path / "nothing") is None
