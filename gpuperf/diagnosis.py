@@ -20,6 +20,10 @@ DEFAULTS: dict[str, float] = {
     "idle_util_pct": 5.0,
     # ... or when 90% of the GPU-seconds had no kernel at all (a job that used the GPU for one minute of an hour).
     "idle_share_pct": 90.0,
+    # A host whose allocated CPUs are below 5% busy and which waits on I/O less than 5% of the time is
+    # doing nothing either: a GPU with rare kernels on such a host is idle, not waiting for input
+    # (one busy loader thread of 16 allocated CPUs already shows as 6%).
+    "input_host_cpu_pct": 5.0,
     # Hardware slowdown, thermal or power-brake throttling for a fifth of the GPU time costs clock speed
     # on a scale a user notices. The software power cap is excluded: a compute-bound job at its power
     # limit sits there by design (FACTS.md: bf16 matmul at 698 of 700 W with reason 0x4).
@@ -207,9 +211,19 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
 def _classify(s: _Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     busy = s.util if s.util is not None else s.sm
     # 1. idle first: nothing else means anything when no kernel runs
-    if (busy is not None and busy < th["idle_util_pct"] and (s.sm is None or s.sm < th["idle_util_pct"])) or \
-            (s.idle_share is not None and s.idle_share >= th["idle_share_pct"]):
-        return "idle", [f"GPU utilization {_pct(s.util)}, SM active {_pct(s.sm)}, no kernel {_pct(s.idle_share)} of the time"]
+    idle_ev = [f"GPU utilization {_pct(s.util)}, SM active {_pct(s.sm)}, no kernel {_pct(s.idle_share)} of the time"]
+    if s.idle_share is not None and s.idle_share >= th["idle_share_pct"]:
+        return "idle", idle_ev
+    if busy is not None and busy < th["idle_util_pct"] and (s.sm is None or s.sm < th["idle_util_pct"]):
+        # Little kernel time, but kernels keep arriving (most samples saw one): the GPU is waiting on
+        # whatever feeds it, unless the host is known to be doing nothing either.
+        host_idle = (s.cpu_eff is not None and s.cpu_eff < th["input_host_cpu_pct"]
+                     and (s.iowait is None or s.iowait < th["input_host_cpu_pct"]))
+        if s.idle_share is not None and not host_idle:
+            return "input_bound", [f"kernels ran in {_pct(100.0 - s.idle_share)} of the samples but kept the GPU busy "
+                                   f"only {_pct(busy)} of the time (SM active {_pct(s.sm)}): the GPU waits between them",
+                                   *_host_evidence(s)]
+        return "idle", idle_ev
     # 2. throttling distorts every other figure (clocks drop), so it is named before the workload's shape
     if s.hw_throttle_share >= th["throttle_share_pct"]:
         return "throttled", [f"hardware/thermal throttling {_pct(s.hw_throttle_share)} of the GPU time"]
@@ -232,14 +246,8 @@ def _classify(s: _Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     spu = s.sm_per_util
     # 4. the GPU waits for its host: kernels run a small share of the time, but fill the GPU when they do
     if busy is not None and busy < th["input_util_pct"] and (spu is None or spu >= th["launch_sm_per_util"]):
-        ev = [f"GPU utilization {_pct(s.util)}: kernels ran {_pct(s.util)} of the time, SM active {_pct(s.sm)}"]
-        if s.cpu_eff is not None:
-            ev.append(f"host CPU efficiency {_pct(s.cpu_eff)}")
-        if s.iowait is not None:
-            ev.append(f"I/O wait {_pct(s.iowait)}")
-        if s.cpu_eff is None and s.iowait is None:
-            ev.append("host CPU and I/O figures absent")
-        return "input_bound", ev
+        return "input_bound", [f"GPU utilization {_pct(s.util)}: kernels ran {_pct(s.util)} of the time, "
+                               f"SM active {_pct(s.sm)}", *_host_evidence(s)]
     # 5. compute vs memory: whichever of the math pipes and the DRAM is further past its threshold
     comp = pipes / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
     mem = (s.dram or 0.0) / th["memory_dram_pct"] if th["memory_dram_pct"] else 0.0
@@ -253,6 +261,17 @@ def _classify(s: _Signals, th: dict[str, float]) -> tuple[str, list[str]]:
                                 f"({spu:.2f} of the GPU filled while a kernel runs)"]
     # 7. nothing dominant: SMs busy without tensor or DRAM pressure, the math runs on CUDA cores
     return "compute_bound", [f"SM active {_pct(s.sm)}, tensor {_pct(s.tensor)}, DRAM {_pct(s.dram)}: no pipe dominant"]
+
+
+def _host_evidence(s: _Signals) -> list[str]:
+    ev = []
+    if s.cpu_eff is not None:
+        ev.append(f"host CPU efficiency {_pct(s.cpu_eff)}")
+    if s.iowait is not None:
+        ev.append(f"I/O wait {_pct(s.iowait)}")
+    if not ev:
+        ev.append("host CPU and I/O figures absent")
+    return ev
 
 
 def _imbalance(summary: dict, th: dict[str, float]) -> tuple[bool, list[str]]:
