@@ -10,8 +10,7 @@ variables; a variable the user set always wins over both.
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 SCHEMA = "gpuperf.env.v1"
 # exported with the variables: NAME:crc32 of each value gpuperf set, so a later step (srun inside a
@@ -61,8 +60,9 @@ GID_AUTO_NCCL = (2, 21, 0)  # NCCL finds the RoCE v2 GID index itself from here 
 NCCL_LL128_CORRUPTION = (2, 18, 1)  # FACTS.md: relaxed ordering + LL128 + Tree corrupted data on HGX H100
 
 
-@dataclass(frozen=True)
-class EnvVar:
+# NamedTuples and a plain class rather than dataclasses: the TaskProlog imports this module, and
+# dataclasses (with inspect) alone costs more than a third of its 50 ms budget
+class EnvVar(NamedTuple):
     """One variable to inject, why, and which rule produced it."""
 
     name: str
@@ -76,7 +76,7 @@ class EnvVar:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
-        d = asdict(self)
+        d = self._asdict()
         d["nccl_below"] = list(self.nccl_below) if self.nccl_below else None
         return d
 
@@ -88,8 +88,7 @@ class EnvVar:
                       tuple(below) if below else None, d.get("per_task"))
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(NamedTuple):
     """A variable the policy considered and did not set, and why."""
 
     name: str
@@ -97,8 +96,7 @@ class Skipped:
     rule: str
 
 
-@dataclass(frozen=True)
-class JobShape:
+class JobShape(NamedTuple):
     """What the policy needs to know about the job on this node."""
 
     gpus: tuple[int, ...] = ()  # node GPU indices allocated to the job
@@ -113,14 +111,18 @@ class JobShape:
     partition: str | None = None
 
 
-@dataclass
 class EnvPlan:
     """The ordered variables for one job on one node, with what was skipped and notes for the report."""
 
-    vars: list[EnvVar] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    disabled: str | None = None  # why nothing is injected (config error, opt-out), else None
+    def __init__(self, vars: list[EnvVar] | None = None, skipped: list[Skipped] | None = None,
+                 notes: list[str] | None = None, disabled: str | None = None):
+        self.vars = list(vars or [])
+        self.skipped = list(skipped or [])
+        self.notes = list(notes or [])
+        self.disabled = disabled  # why nothing is injected (config error, opt-out), else None
+
+    def __repr__(self) -> str:
+        return f"EnvPlan(vars={self.vars!r}, skipped={self.skipped!r}, notes={self.notes!r}, disabled={self.disabled!r})"
 
     def names(self) -> list[str]:
         """Names of the variables to inject, in order."""
@@ -133,7 +135,7 @@ class EnvPlan:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (the env.json cache and the report)."""
         return {"schema": SCHEMA, "vars": [v.to_dict() for v in self.vars],
-                "skipped": [asdict(s) for s in self.skipped], "notes": list(self.notes), "disabled": self.disabled}
+                "skipped": [s._asdict() for s in self.skipped], "notes": list(self.notes), "disabled": self.disabled}
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "EnvPlan":

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuperf.envpolicy import FORCE_REQUIRED, VARIABLE_CLASSES
 
@@ -40,17 +39,16 @@ class RuleError(ValueError):
     """A rule that cannot be used; the message names it."""
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One validated admin rule."""
+class Rule(NamedTuple):
+    """One validated admin rule (a NamedTuple: config validation imports this in the TaskProlog too)."""
 
     name: str
-    match: dict[str, Any] = field(default_factory=dict)
-    set: dict[str, str] = field(default_factory=dict)
+    match: dict[str, Any]
+    set: dict[str, str]
     forbid: tuple[str, ...] = ()
     force: bool = False
     reason: str = ""
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] | None = None
 
     def matches(self, facts: dict[str, Any]) -> bool:
         """True when every match key holds for these facts (``envpolicy.node_facts``)."""
@@ -164,7 +162,7 @@ def parse_rule(i: int, raw: Any) -> Rule:
     evidence = raw.get("evidence", {})
     if not isinstance(evidence, dict):
         raise RuleError(f"{label}: evidence must be a table")
-    return Rule(name, _match(label, raw.get("match", {})), values, tuple(forbid), force, reason, evidence)
+    return Rule(name, _match(label, raw.get("match", {})), values, tuple(forbid), force, reason, evidence or None)
 
 
 def parse(raw_rules: Any) -> list[Rule]:

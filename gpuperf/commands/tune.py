@@ -9,6 +9,7 @@ nowhere >= 1 MiB (``gpuperf.tuning.decide``); the rule records its evidence.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import socket
@@ -77,10 +78,9 @@ def run(args: argparse.Namespace) -> int:
           f"{rounds} round(s), {nb.human(size_list[0])}-{nb.human(size_list[-1])}", flush=True)
     results = nb.measure(sets, nproc, args.backend, args.device, size_list, rounds, 3 if args.quick else 5,
                          timeout_s=args.timeout, log=lambda m: print(m, flush=True))
-    verdicts = [tuning.decide(results["baseline"], results[n], size_list, args.matter_min) for n in cands]
-    for n, v in zip(cands, verdicts):
-        # the set measured holds the baseline too; the rule adds only the candidate's variable
-        object.__setattr__(v, "env", cands[n])
+    # the set measured holds the baseline too; the rule adds only the candidate's variable
+    verdicts = [dataclasses.replace(tuning.decide(results["baseline"], results[n], size_list, args.matter_min),
+                                    env=cands[n]) for n in cands]
     winners = tuning.best_per_variable(verdicts)
     info = nb.versions()
     text = render_rules(winners, verdicts, info, answer, rounds, args)

@@ -74,8 +74,7 @@ def test_roce_gid_index_found_and_skipped_for_nccl_that_finds_it():
     plan = ep.plan(hgx("roce", gids=(5,) * 8), MULTI)
     gid = plan.get("NCCL_IB_GID_INDEX")
     assert gid.value == "5" and gid.nccl_below == (2, 21, 0)
-    newer = ep.plan(hgx("roce", gids=(5,) * 8), JobShape(**{**MULTI.__dict__, "nccl_version": (2, 21, 5),
-                                                             "nccl_source": "test"}))
+    newer = ep.plan(hgx("roce", gids=(5,) * 8), MULTI._replace(nccl_version=(2, 21, 5), nccl_source="test"))
     assert newer.get("NCCL_IB_GID_INDEX") is None
     assert any(s.name == "NCCL_IB_GID_INDEX" and "2.21.5" in s.reason for s in newer.skipped)
 
@@ -102,11 +101,11 @@ def test_socket_ifname_never_virtual_and_skipped_when_ambiguous():
     topo["nics"] += [{"name": "ens1", "kind": "ethernet", "netdev": "ens1", "state": "UP", "ipv4": ["10.2.0.5"]},
                      {"name": "ens2", "kind": "ethernet", "netdev": "ens2", "state": "UP", "ipv4": ["10.3.0.5"]}]
     # the node's address is on docker0 only: never chosen; two physical candidates: NCCL decides
-    shape = JobShape(**{**MULTI.__dict__, "node_addrs": ("172.17.0.1",)})
+    shape = MULTI._replace(node_addrs=("172.17.0.1",))
     plan = ep.plan(topo, shape)
     assert plan.get("NCCL_SOCKET_IFNAME") is None
     assert any(s.name == "NCCL_SOCKET_IFNAME" for s in plan.skipped)
-    shape = JobShape(**{**MULTI.__dict__, "node_addrs": ("10.3.0.5",)})
+    shape = MULTI._replace(node_addrs=("10.3.0.5",))
     assert ep.plan(topo, shape).get("NCCL_SOCKET_IFNAME").value == "=ens2"
 
 
@@ -126,7 +125,7 @@ def test_no_gpus_no_injection():
 
 
 def test_user_set_variables_are_untouched_and_said_so():
-    shape = JobShape(**{**MULTI.__dict__, "user_set": frozenset({"NCCL_IB_HCA", "OMP_NUM_THREADS"})})
+    shape = MULTI._replace(user_set=frozenset({"NCCL_IB_HCA", "OMP_NUM_THREADS"}))
     plan = ep.plan(hgx(), shape)
     assert plan.get("NCCL_IB_HCA") is None and plan.get("OMP_NUM_THREADS") is None
     assert {s.name for s in plan.skipped if s.reason == ep.USER_WINS} == {"NCCL_IB_HCA", "OMP_NUM_THREADS"}
@@ -142,7 +141,7 @@ def test_marker_tells_gpuperf_values_from_the_users():
 
 
 def test_finalize_task_decides_per_task_values_and_nccl_version():
-    plan = ep.plan(hgx("roce"), JobShape(**{**MULTI.__dict__}))  # prolog: CPUs per task unknown
+    plan = ep.plan(hgx("roce"), MULTI)  # prolog: CPUs per task unknown
     omp = plan.get("OMP_NUM_THREADS")
     assert omp.per_task == "omp_threads" and omp.value == ""
     task = ep.finalize_task(plan, set(), cpus_per_task=12, gpus_per_task=2, nccl_version=(2, 28, 3), nccl_source="t")

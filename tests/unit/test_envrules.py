@@ -64,11 +64,11 @@ def test_forced_variable_with_force_true_is_accepted_and_applied():
     cfg = _cfg('[env]\n[[env.rules]]\nname = "tp-overlap"\nforce = true\nreason = "Megatron TP partition"\n'
                'match = { partition = "megatron" }\nset = { CUDA_DEVICE_MAX_CONNECTIONS = "1" }\n')
     rules = envrules.parse(cfg.env.rules)
-    shape = JobShape(**{**MULTI.__dict__, "partition": "megatron"})
+    shape = MULTI._replace(partition="megatron")
     plan = ep.plan(hgx(), shape, rules)
     var = plan.get("CUDA_DEVICE_MAX_CONNECTIONS")
     assert var.value == "1" and var.rule == "admin:tp-overlap" and var.reason == "Megatron TP partition"
-    other = ep.plan(hgx(), JobShape(**{**MULTI.__dict__, "partition": "batch"}), rules)
+    other = ep.plan(hgx(), MULTI._replace(partition="batch"), rules)
     assert other.get("CUDA_DEVICE_MAX_CONNECTIONS") is None
 
 
@@ -79,7 +79,7 @@ def test_rules_change_add_and_forbid_in_order():
         {"name": "late", "set": {"NCCL_IB_TC": "5"}},
         {"name": "roce-only", "match": {"nic_kind": "roce"}, "set": {"NCCL_IB_SL": "3"}},
     ])
-    plan = ep.plan(hgx(), JobShape(**{**MULTI.__dict__, "cpus_per_task": 16, "gpus_per_task": 8}), rules)
+    plan = ep.plan(hgx(), MULTI._replace(cpus_per_task=16, gpus_per_task=8), rules)
     v = {x.name: x for x in plan.vars}
     assert v["OMP_NUM_THREADS"].value == "4" and v["OMP_NUM_THREADS"].rule == "admin:tc"  # changed in place
     assert plan.names().index("OMP_NUM_THREADS") < plan.names().index("NCCL_IB_HCA")
@@ -90,7 +90,7 @@ def test_rules_change_add_and_forbid_in_order():
 
 def test_user_still_wins_over_admin_rules():
     rules = envrules.parse([{"name": "tc", "set": {"NCCL_IB_TC": "106"}}])
-    shape = JobShape(**{**MULTI.__dict__, "user_set": frozenset({"NCCL_IB_TC"})})
+    shape = MULTI._replace(user_set=frozenset({"NCCL_IB_TC"}))
     assert ep.plan(hgx(), shape, rules).get("NCCL_IB_TC") is None
 
 
