@@ -64,6 +64,10 @@ class Slurm:
         """Requeue a job without a hold (works from its Prolog: the job then never starts on this node)."""
         self.run("scontrol", "requeue", str(job_id))
 
+    def eligible_now(self, job_id: int) -> None:
+        """Clear the begin time Slurm puts on a requeued job (now + 120 s in 22.05), so another node takes it now."""
+        self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+
     def set_admin_comment_running(self, job_id: int, text: str) -> None:
         """AdminComment of a job that is still running (scontrol refuses finished jobs)."""
         self.run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text}")

@@ -3,12 +3,15 @@
 Order matters (measured on Slurm 22.05, see the checks' report): gpuperf drains the node with its
 own reason *first*; Slurm then keeps that reason when the Prolog fails (it writes "Prolog error"
 only on a node not yet drained). ``scontrol requeue`` before exiting non-zero puts the job back in
-the queue without the hold Slurm adds on its own, and the non-zero exit guarantees it never starts here.
+the queue without the hold Slurm adds on its own (and ``StartTime=now`` drops the 120 s begin time
+Slurm gives a requeued job); the non-zero exit guarantees it never starts here.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -95,8 +98,36 @@ def act_on_failure(node: str | None, job_id: int | None, failing: list[base.Chec
         except SlurmError as e:
             # --no-requeue jobs: Slurm cancels them on the non-zero exit; others it requeues held
             rec["requeue"] = f"failed, Slurm decides: {e}"
+        else:
+            rec["eligible_now"] = _spawn_eligible_now(job_id)
     rec["action"] = "drained, job requeued" if rec.get("requeue") == "requeued" else "drained"
     raise HookVerdict(EXIT_UNHEALTHY, reason)
+
+
+def _spawn_eligible_now(job_id: int) -> str:
+    """Start a detached helper that clears the requeued job's begin time once Slurm has set it."""
+    try:
+        subprocess.Popen([sys.executable, "-m", "gpuperf.prolog.health", "eligible-now", str(int(job_id))],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True, close_fds=True)  # slurmd must not wait on its pipes
+    except OSError as e:
+        return f"not started (the job waits Slurm's requeue delay): {e.strerror}"
+    return "deferred"
+
+
+def wait_and_make_eligible(slurm: Any, job_id: int, timeout_s: float = 150.0, poll_s: float = 0.5) -> str:
+    """Slurm sets a requeued job's begin time (now + 120 s) only when the job has finished completing;
+    wait for that, then set ``StartTime=now`` so a healthy node can take the job at once."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        info = slurm.show_job(job_id)
+        if not info or info.get("JobState") not in ("PENDING", "COMPLETING"):
+            return f"job is {info.get('JobState') if info else 'gone'}: nothing to do"
+        if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+            slurm.eligible_now(job_id)
+            return "eligible now"
+        time.sleep(poll_s)
+    return "Slurm set no begin time in time: left as is"
 
 
 def step(ctx: Any, cfg: Any, state: Any) -> None:
@@ -122,3 +153,24 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
             act_on_failure(ctx.node, ctx.job_id, failing, cfg, rec)
     finally:
         rec["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m gpuperf.prolog.health eligible-now JOBID``: the detached helper of a requeue."""
+    from gpuperf import config
+    from gpuperf.slurm import Slurm, SlurmError
+
+    if len(argv) != 2 or argv[0] != "eligible-now" or not argv[1].isdigit():
+        print("usage: python -m gpuperf.prolog.health eligible-now JOBID", file=sys.stderr)
+        return 2
+    cfg = config.load_or_defaults()
+    logger = log.setup("prolog", cfg.general.log_file, cfg.general.log_level, stderr=False)
+    try:
+        logger.info("job %s: requeued: %s", argv[1], wait_and_make_eligible(Slurm(cfg.general.slurm_bin_dir), int(argv[1])))
+    except SlurmError as e:
+        logger.warning("job %s: requeued, begin time left to Slurm: %s", argv[1], e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
