@@ -78,6 +78,35 @@ def nvml_calls(sampler: Any) -> dict[str, tuple[float, float]]:
     return {k: time_call(fn, n) for k, (fn, n) in calls.items()}
 
 
+def sparse_calls(sampler: Any, sweeps: int, interval_s: float) -> dict[str, float]:
+    """Median CPU ms of each query when called once per interval, in sweep order (cold, as the daemon calls)."""
+    from gpuperf import nvmlq
+
+    m, h, q = sampler.m, sampler.gpus[0].handle, nvmlq.query
+    order: list[tuple[str, Callable[[], Any]]] = [
+        ("utilization (1st)", lambda: q(m.nvmlDeviceGetUtilizationRates, h)),
+        ("utilization (2nd)", lambda: q(m.nvmlDeviceGetUtilizationRates, h)),
+        ("memory_info", lambda: q(m.nvmlDeviceGetMemoryInfo, h)),
+        ("power", lambda: q(m.nvmlDeviceGetPowerUsage, h)),
+        ("power_limit", lambda: q(m.nvmlDeviceGetEnforcedPowerLimit, h)),
+        ("temperature", lambda: q(m.nvmlDeviceGetTemperature, h, 0)),
+        ("clock_sm", lambda: q(m.nvmlDeviceGetClockInfo, h, 1)),
+        ("clock_mem", lambda: q(m.nvmlDeviceGetClockInfo, h, 2)),
+        ("clocks_event_reasons", lambda: q(sampler._throttle_fn, h)),
+        ("compute_processes", lambda: q(m.nvmlDeviceGetComputeRunningProcesses, h)),
+    ]
+    if sampler.gpus[0].gpm is not None:
+        order.append(("gpm_sweep", sampler.gpus[0].gpm.sweep))
+    cpu: dict[str, list[float]] = {k: [] for k, _ in order}
+    for _ in range(sweeps):
+        for k, fn in order:
+            c0 = time.process_time()
+            fn()
+            cpu[k].append(1e3 * (time.process_time() - c0))
+        time.sleep(interval_s)
+    return {k: statistics.median(v) for k, v in cpu.items()}
+
+
 def table(sampler: Any) -> str:
     """One sample per GPU, one metric per row."""
     samples = sampler.sample()
@@ -105,8 +134,15 @@ def main() -> int:
     p.add_argument("--interval", type=float, default=1.0, help="seconds between sweeps (0: back to back)")
     p.add_argument("--table", action="store_true", help="print one sample per metric first")
     p.add_argument("--calls", action="store_true", help="time single NVML calls (nvml backend)")
+    p.add_argument("--sparse-calls", action="store_true", help="time each NVML call once per interval")
+    p.add_argument("--no-gpm", action="store_true", help="nvml without GPM (to isolate GPM's cost)")
     a = p.parse_args()
-    s = open_sampler(a.backend)
+    if a.no_gpm:
+        from gpuperf.samplers.nvml import NvmlSampler
+
+        s = NvmlSampler(gpm=False)
+    else:
+        s = open_sampler(a.backend)
     try:
         for _ in range(2):  # the first sweeps set up GPM samples and counters
             s.sample()
@@ -119,8 +155,11 @@ def main() -> int:
         res = cpu_per_sample(s, a.sweeps, a.interval)
         w, c = time_call(lambda: s.read_energy(), 5)
         res["read_energy_wall_ms"], res["read_energy_cpu_ms"] = w, c
-        print(json.dumps({"backend": a.backend, **{k: round(v, 4) if isinstance(v, float) else v
+        print(json.dumps({"backend": a.backend + (" (no GPM)" if a.no_gpm else ""), **{k: round(v, 4) if isinstance(v, float) else v
                                                     for k, v in res.items()}}))
+        if a.sparse_calls and s.name == "nvml":
+            for k, c in sparse_calls(s, max(5, a.sweeps // 2), a.interval or 1.0).items():
+                print(f"  1/interval {k:<24} cpu {c:8.3f} ms")
         if a.calls and s.name == "nvml":
             for k, (w, c) in nvml_calls(s).items():
                 print(f"  {k:<34} wall {w:8.3f} ms   cpu {c:8.3f} ms")
