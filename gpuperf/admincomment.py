@@ -16,6 +16,7 @@ from typing import Any
 
 PREFIX = "gpuperf:v1"
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
+NODE_BUDGET_BYTES = 4096         # per node: one 8-GPU node's full summary fits (benchmarks/report_sizes.py)
 
 
 class AdminCommentError(ValueError):
@@ -51,30 +52,44 @@ def _pack(summary: dict) -> str:
 
 
 def _slim(summary: dict, level: int) -> dict:
-    """A smaller summary when the full one does not fit: env/affinity first, then per-GPU detail."""
+    """A smaller summary when the full one does not fit, losing the least useful detail first."""
     s = json.loads(json.dumps(summary))
     dropped = []
     if level >= 1:
+        # the reasons behind injected variables and the estimates' fixed texts (gpuspecs has them)
+        for node, env in (s.get("env") or {}).items():
+            if isinstance(env, dict):
+                s["env"][node] = {k: (v.get("value") if isinstance(v, dict) else v) for k, v in env.items()}
+        for k in ("label", "source"):
+            (s.get("estimates") or {}).pop(k, None)
+        dropped.append("env.reasons")
+    if level >= 2:
         for k in ("env", "affinity"):
             if s.get(k):
                 s[k] = {}
                 dropped.append(k)
-    if level >= 2:
+    if level >= 3:
         keep = ("node", "gpu", "name", "seconds", "sm_active_pct", "tensor_active_pct", "dram_active_pct",
                 "util_gpu_pct", "mem_peak_pct", "power_mean_w", "energy_j", "idle_pct")
         s["gpus"] = [{k: g.get(k) for k in keep} for g in s.get("gpus", [])]
         dropped.append("gpus.detail")
-    if level >= 3:
+    if level >= 4:
         s["gpus"] = []
         dropped.append("gpus")
     s["truncated"] = dropped
     return s
 
 
-def encode(summary: dict, max_bytes: int = SACCT_MAX_BYTES) -> str:
+def budget(summary: dict) -> int:
+    """The AdminComment size gpuperf aims for: 4 KiB per node (the issue's bound for an 8-GPU node)."""
+    return min(SACCT_MAX_BYTES, NODE_BUDGET_BYTES * max(1, len(summary.get("nodes") or [])))
+
+
+def encode(summary: dict, max_bytes: int | None = None) -> str:
     """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes."""
+    max_bytes = budget(summary) if max_bytes is None else max_bytes
     head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary)])
-    for level in range(4):
+    for level in range(5):
         body = _pack(summary if level == 0 else _slim(summary, level))
         text = f"{head} z={body}"
         if len(text.encode()) <= max_bytes:

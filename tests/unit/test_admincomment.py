@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,3 +74,15 @@ def test_damaged_or_foreign_comments_raise_a_clear_error(text):
 def test_any_json_payload_roundtrips_through_sacctmgr(extra):
     s = {"schema": summary.SCHEMA, "job": {"gpu_count": 1}, "extra": extra}
     assert admincomment.decode(_sacctmgr_22_05(admincomment.encode(s))) == s
+
+
+def test_a_long_injected_env_drops_its_reasons_first_to_stay_within_4_kib():
+    ctx = context()
+    # reasons that do not compress (hex digests): the full summary no longer fits
+    ctx["env"] = {f"VAR_{i}": {"value": f"v{i}", "reason": hashlib.sha256(str(i).encode()).hexdigest()} for i in range(40)}
+    s = summary.node_summary(aggregates(ngpus=8), ctx)
+    text = admincomment.encode(s)
+    d = admincomment.decode(text)
+    assert len(text.encode()) <= 4096
+    assert d["truncated"][0] == "env.reasons" and d["env"]["n1"]["VAR_7"] == "v7"
+    assert d["gpus"] == s["gpus"]
