@@ -326,32 +326,59 @@ static int find_line(const struct task_id *t, char *line, size_t size, char *why
 	return rc;
 }
 
+/* "<threads> <places>" marker -> its two parts (places "" when absent); 0 when the variable is unset. */
+static int marker(spank_t sp, const char *name, char *buf, int size, char **places)
+{
+	if (spank_getenv(sp, name, buf, size) != ESPANK_SUCCESS)
+		return 0;
+	char *sep = strchr(buf, ' ');
+	*places = sep ? sep + 1 : buf + strlen(buf);
+	if (sep)
+		*sep = '\0';
+	return 1;
+}
+
 /*
- * OMP_NUM_THREADS/OMP_PLACES for this rank, unless the user set them. What we set is
- * remembered in GPUPERF_OMP, so values inherited from our own batch-step pinning (srun
- * inside sbatch copies the batch environment) are replaced, not mistaken for the user's.
+ * OMP_NUM_THREADS/OMP_PLACES for this rank, unless the user set them. GPUPERF_AFFINITY_OMP
+ * ("<threads> <places>", written only by gpuperf's affinity) and GPUPERF_OMP (shared with the
+ * env part's TaskProlog, which may have exported OMP_NUM_THREADS) say which values are gpuperf's,
+ * so values inherited from the batch step (srun copies its environment) are replaced, not
+ * mistaken for the user's.
  */
 static void set_omp(spank_t sp, const char *line)
 {
-	char threads[16], places[GP_LINE / 4], cur_t[16], cur_p[GP_LINE / 4], mark[GP_LINE / 2], want[GP_LINE / 2];
+	char threads[16], places[GP_LINE / 4], cur_t[16], cur_p[GP_LINE / 4];
+	char aff[GP_LINE / 2], env[GP_LINE / 2], want[GP_LINE / 2], *aff_p = NULL, *env_p = NULL;
 	copy_field(line, "omp_threads", threads, sizeof(threads));
 	copy_field(line, "omp_places", places, sizeof(places));
 	if (!threads[0] || strcmp(threads, "0") == 0 || !places[0] || strcmp(places, "none") == 0)
 		return;
 	int has_t = spank_getenv(sp, "OMP_NUM_THREADS", cur_t, sizeof(cur_t)) == ESPANK_SUCCESS;
 	int has_p = spank_getenv(sp, "OMP_PLACES", cur_p, sizeof(cur_p)) == ESPANK_SUCCESS;
-	int has_m = spank_getenv(sp, "GPUPERF_OMP", mark, sizeof(mark)) == ESPANK_SUCCESS;
-	char *sep = has_m ? strchr(mark, ' ') : NULL;
-	if (sep)
-		*sep++ = '\0';
-	int ours_t = !has_t || (sep && strcmp(mark, cur_t) == 0);
-	int ours_p = !has_p || (sep && strcmp(sep, cur_p) == 0);
+	int has_aff = marker(sp, "GPUPERF_AFFINITY_OMP", aff, sizeof(aff), &aff_p);
+	int has_env = marker(sp, "GPUPERF_OMP", env, sizeof(env), &env_p);
+	int ours_t = !has_t || (has_aff && strcmp(aff, cur_t) == 0) || (has_env && strcmp(env, cur_t) == 0);
+	int ours_p = !has_p || (has_aff && strcmp(aff_p, cur_p) == 0);
 	if (!ours_t || !ours_p)
 		return; /* the user chose their threading: leave both alone, consistent with each other */
 	snprintf(want, sizeof(want), "%s %s", threads, places);
 	spank_setenv(sp, "OMP_NUM_THREADS", threads, 1);
 	spank_setenv(sp, "OMP_PLACES", places, 1);
+	spank_setenv(sp, "GPUPERF_AFFINITY_OMP", want, 1);
 	spank_setenv(sp, "GPUPERF_OMP", want, 1);
+}
+
+/* A task left unpinned drops the OpenMP values our batch-step pinning left in its environment. */
+static void clear_omp(spank_t sp)
+{
+	char aff[GP_LINE / 2], cur[GP_LINE / 4], *aff_p = NULL;
+	if (!marker(sp, "GPUPERF_AFFINITY_OMP", aff, sizeof(aff), &aff_p))
+		return;
+	if (spank_getenv(sp, "OMP_PLACES", cur, sizeof(cur)) == ESPANK_SUCCESS && strcmp(cur, aff_p) == 0)
+		spank_unsetenv(sp, "OMP_PLACES");
+	if (spank_getenv(sp, "OMP_NUM_THREADS", cur, sizeof(cur)) == ESPANK_SUCCESS && strcmp(cur, aff) == 0)
+		spank_unsetenv(sp, "OMP_NUM_THREADS");
+	spank_unsetenv(sp, "GPUPERF_AFFINITY_OMP");
 }
 
 /* Apply one plan line. Returns 0 when the CPUs were set, -1 (task left unpinned) otherwise. */
@@ -399,9 +426,10 @@ static int apply_line(spank_t sp, const struct task_id *t, const char *line, cha
 		if (syscall(SYS_set_mempolicy, mode, nodes, (unsigned long)GP_MAX_NODES + 1) == 0) {
 			snprintf(mem, memsize, "ok");
 		} else {
-			snprintf(mem, memsize, "failed:%s", strerrorname_np(errno) ? strerrorname_np(errno) : "?");
+			int err = errno;
+			snprintf(mem, memsize, "failed:%s", strerrorname_np(err) ? strerrorname_np(err) : "?");
 			slurm_error("gpuperf: job %u task %d: set_mempolicy(%s, %.*s): %s: CPUs pinned, memory not",
-				    t->job, t->rank, policy, (int)strcspn(mems, " "), mems, strerror(errno));
+				    t->job, t->rank, policy, (int)strcspn(mems, " "), mems, strerror(err));
 		}
 	}
 	set_omp(sp, line);
@@ -426,13 +454,19 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	if (t.step == 0xfffffffc) /* the extern step holds no user task worth pinning */
 		return 0;
 	if (is_off(sp)) {
+		clear_omp(sp);
 		write_applied(&t, "off", NULL, mem, &t0);
 		return 0;
 	}
 	int found = find_line(&t, line, sizeof(line), why, sizeof(why));
+	if (found == 1 && apply_line(sp, &t, line, mem, sizeof(mem)) == 0) {
+		write_applied(&t, "ok", line, mem, &t0);
+		return 0;
+	}
+	clear_omp(sp);
 	switch (found) {
 	case 1:
-		write_applied(&t, apply_line(sp, &t, line, mem, sizeof(mem)) == 0 ? "ok" : "unpinned", line, mem, &t0);
+		write_applied(&t, "unpinned", line, mem, &t0);
 		break;
 	case 0:
 		write_applied(&t, "noop", NULL, mem, &t0);

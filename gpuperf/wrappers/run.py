@@ -122,16 +122,19 @@ def apply(r: RankPlan) -> tuple[str, str]:
 
 
 def omp_exports(r: RankPlan | None, env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """OMP_NUM_THREADS/OMP_PLACES for the rank unless the user set them (GPUPERF_OMP marks ours)."""
+    """OMP_NUM_THREADS/OMP_PLACES for the rank unless the user set them (the plugin's rule, same markers)."""
     if r is None or not r.cpus or not r.omp_num_threads or not r.omp_places:
         return []
-    mark_t, _, mark_p = env.get("GPUPERF_OMP", "").partition(" ")
-    ours_t = "OMP_NUM_THREADS" not in env or (mark_p and env["OMP_NUM_THREADS"] == mark_t)
-    ours_p = "OMP_PLACES" not in env or (mark_p and env["OMP_PLACES"] == mark_p)
+    aff_t, _, aff_p = env.get("GPUPERF_AFFINITY_OMP", "").partition(" ")
+    env_t = env.get("GPUPERF_OMP", "").partition(" ")[0]
+    cur_t, cur_p = env.get("OMP_NUM_THREADS"), env.get("OMP_PLACES")
+    ours_t = cur_t is None or cur_t in {x for x in (aff_t, env_t) if x}
+    ours_p = cur_p is None or (bool(aff_t) and cur_p == aff_p)
     if not (ours_t and ours_p):
         return []
+    mark = f"{r.omp_num_threads} {r.omp_places}"
     return [("OMP_NUM_THREADS", str(r.omp_num_threads)), ("OMP_PLACES", r.omp_places),
-            ("GPUPERF_OMP", f"{r.omp_num_threads} {r.omp_places}")]
+            ("GPUPERF_AFFINITY_OMP", mark), ("GPUPERF_OMP", mark)]
 
 
 def env_exports(ctx: jobctx.JobContext, cfg: config.Config, env: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -27,7 +27,7 @@ FIXTURE = REPO / "tests" / "data" / "nodes" / "pcie-l40s-2s"
 # what each task reports about itself, from inside the task
 REPORT_SH = ("#!/bin/sh\necho \"rank=$SLURM_LOCALID step=$SLURM_STEP_ID "
              "cpus=$(awk '/^Cpus_allowed_list/{print $2}' /proc/self/status) "
-             "mem=$(head -1 /proc/self/numa_maps | cut -d' ' -f2) omp=$OMP_NUM_THREADS gpuperf=$GPUPERF\"\n")
+             "mem=$(head -1 /proc/self/numa_maps | cut -d' ' -f2) omp=$OMP_NUM_THREADS places=$OMP_PLACES gpuperf=$GPUPERF\"\n")
 
 
 def _topology_here(tmp: Path) -> tuple[Path, dict]:
@@ -112,6 +112,8 @@ def test_every_rank_of_a_4_task_srun_ends_on_its_planned_cpus(cluster):
         # the plan puts rank r next to GPU r, and the task ends exactly there
         assert planned.gpus == (rank,) and list(planned.cpus) == numa_cpu[gpu_numa[rank]]
         assert aff.parse_cpu_list(task["cpus"]) == list(planned.cpus), task
+        # the rank's OpenMP places, not the batch step's that srun copied into the step's environment
+        assert task["places"] == planned.omp_places, task
         assert applied[("0", rank)]["status"] == "ok" and applied[("0", rank)]["cpus"] == task["cpus"]
         if gpu_numa[rank] == 0:  # NUMA 1 has no memory here: its bind fails and is recorded as such
             assert task["mem"] == "bind:0" and applied[("0", rank)]["mem"] == "ok"
@@ -161,7 +163,8 @@ def test_missing_or_corrupt_plan_leaves_tasks_running_unpinned_with_one_log_line
         assert applied[("1", rank)]["status"] == "corrupt"
         assert applied[("2", rank)]["status"] in ("unpinned", "corrupt")
         for step in ("0", "1", "2"):
-            assert tasks[(step, rank)]["mem"] == "default"  # nothing applied
+            # nothing applied, and the batch step's OpenMP places are not left behind for an unpinned task
+            assert tasks[(step, rank)]["mem"] == "default" and tasks[(step, rank)]["places"] == ""
     assert len(_plugin_log_lines(c, job, "no affinity plan")) == 2
     assert len(_plugin_log_lines(c, job, "corrupt affinity plan")) == 4
     assert all(re.search(r"task \d: ", l) for l in _plugin_log_lines(c, job, "not pinned"))

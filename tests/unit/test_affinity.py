@@ -345,10 +345,16 @@ def test_own_cpuset_v1_and_v2(tmp_path, line, rel, name):
 def test_omp_exports_respect_the_user_and_replace_our_own():
     r = aff.RankPlan(rank=0, gpus=(0,), numa_nodes=(0,), cpus=(0, 1), mems=(0,), mem_policy="bind",
                      omp_num_threads=2, omp_places="{0}:2")
-    assert dict(gprun.omp_exports(r, {})) == {"OMP_NUM_THREADS": "2", "OMP_PLACES": "{0}:2", "GPUPERF_OMP": "2 {0}:2"}
+    assert dict(gprun.omp_exports(r, {})) == {"OMP_NUM_THREADS": "2", "OMP_PLACES": "{0}:2",
+                                             "GPUPERF_AFFINITY_OMP": "2 {0}:2", "GPUPERF_OMP": "2 {0}:2"}
     assert gprun.omp_exports(r, {"OMP_NUM_THREADS": "7"}) == []
-    inherited = {"OMP_NUM_THREADS": "4", "OMP_PLACES": "{0}:4", "GPUPERF_OMP": "4 {0}:4"}
-    assert dict(gprun.omp_exports(r, inherited))["OMP_NUM_THREADS"] == "2"
+    assert gprun.omp_exports(r, {"OMP_PLACES": "cores"}) == []
+    # inherited from the batch step: our places, and threads the env part's TaskProlog exported
+    inherited = {"OMP_NUM_THREADS": "1", "OMP_PLACES": "{0}:4", "GPUPERF_AFFINITY_OMP": "4 {0}:4",
+                 "GPUPERF_OMP": "1 none"}
+    assert dict(gprun.omp_exports(r, inherited))["OMP_PLACES"] == "{0}:2"
+    # the env part marked its threads, but OMP_PLACES is the user's own
+    assert gprun.omp_exports(r, {"OMP_NUM_THREADS": "1", "GPUPERF_OMP": "1 none", "OMP_PLACES": "sockets"}) == []
 
 
 def _policy_of_child(nodes: str) -> subprocess.CompletedProcess:
