@@ -86,6 +86,16 @@ spank_err_t spank_setenv(spank_t sp, const char *var, const char *val, int overw
 	snprintf(env[i], sizeof(env[i]), "%s=%s", var, val);
 	return ESPANK_SUCCESS;
 }
+spank_err_t spank_unsetenv(spank_t sp, const char *var)
+{
+	(void)sp;
+	int i = find(var);
+	if (i >= 0) {
+		memmove(env[i], env[nenv - 1], sizeof(env[i]));
+		nenv--;
+	}
+	return ESPANK_SUCCESS;
+}
 spank_err_t spank_job_control_setenv(spank_t sp, const char *n, const char *v, int o) { (void)sp; (void)n; (void)v; (void)o; return ESPANK_SUCCESS; }
 spank_err_t spank_option_register(spank_t sp, struct spank_option *opt) { (void)sp; (void)opt; return ESPANK_SUCCESS; }
 int spank_remote(spank_t sp) { (void)sp; return 1; }
@@ -184,7 +194,9 @@ def main() -> int:
                     if not present:
                         (jdir / "affinity.plan").unlink()
                     p = subprocess.run([str(exe), str(so), run, str(job), "8", "7", str(a.iterations), mode],
-                                       capture_output=True, text=True, check=True)
+                                       capture_output=True, text=True)
+                    if p.returncode != 0:
+                        sys.exit(f"harness failed: {p.stderr.strip()}")
                     p50, p99, mx, errors = p.stdout.split()
                     kind = f"{where} ({_fs(where)})"
                     print(f"{kind:<16} {case:<8} {float(p50):>8.1f} {float(p99):>8.1f} {float(mx):>8.1f}  {errors}")
