@@ -55,8 +55,12 @@ class JobUsage:
     rss_mib: float = 0.0
 
 
-def scan_jobs(attr: Attributor, jobs: set[int]) -> dict[int, JobUsage]:
-    """One pass over procfs: usage of the live processes of each job in ``jobs``."""
+def scan_jobs(attr: Attributor, jobs: set[int], skip: set[int] | None = None) -> dict[int, JobUsage]:
+    """One pass over procfs: usage of the live processes of each job in ``jobs``.
+
+    ``skip`` (kept by the caller between scans) holds pids found to be of no job: they are not read
+    again while they live, so a scan reads only new processes and the jobs' own. The cost: a pid of
+    no job that exits and is reused by a job's process before the next scan is missed until then."""
     out: dict[int, JobUsage] = {j: JobUsage() for j in jobs}
     if not jobs:
         return out
@@ -64,22 +68,31 @@ def scan_jobs(attr: Attributor, jobs: set[int]) -> dict[int, JobUsage]:
         names = os.listdir(attr.proc_root)
     except OSError:
         return out
+    live: set[int] = set()
+    me = os.getpid()
     for name in names:
         if not name.isdigit():
             continue
         pid = int(name)
+        live.add(pid)
+        if skip is not None and pid in skip:
+            continue
         try:
             with open(os.path.join(attr.proc_root, name, "stat")) as fh:
                 u = parse_stat_usage(pid, fh.read())
         except (OSError, UnicodeDecodeError):
             continue
-        if u is None or u.pid == os.getpid():
+        if u is None or u.pid == me:
             continue
         job = attr.job_of_known(pid, u.ppid, u.start_ticks)
         if job in out:
             ju = out[job]
             ju.procs[f"{pid}:{u.start_ticks}"] = (u.cpu_s, u.iowait_s)
             ju.rss_mib += u.rss_mib
+        elif job is None and skip is not None:
+            skip.add(pid)
+    if skip is not None:
+        skip &= live
     return out
 
 

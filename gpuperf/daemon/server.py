@@ -35,7 +35,7 @@ from gpuperf.daemon import deliver as deliver_mod
 from gpuperf.daemon import hostusage, protocol
 from gpuperf.daemon.protocol import control_endpoint, user_endpoint
 from gpuperf.daemon.attribution import Attributor, mismatches
-from gpuperf.daemon.pub import Publisher, sweep_message
+from gpuperf.daemon.pub import Publisher, sample_dict, sweep_message
 from gpuperf.daemon.store import Store
 from gpuperf.samplers.base import GpuSample, Sampler
 
@@ -119,6 +119,7 @@ class Daemon:
         self._stop = threading.Event()
         self._view: dict[str, Any] = {"samples": [], "jobs": [], "stats": {}}
         self._seen_mismatch: set[tuple[int, int, int | None]] = set()
+        self._nonjob_pids: set[int] = set()
         self._last = {"energy": 0.0, "host": 0.0, "ckpt": 0.0, "rollup": 0.0, "prune": 0.0, "pending": 0.0}
         self._deliveries: queue.Queue = queue.Queue()
         self._threads: list[threading.Thread] = []
@@ -316,7 +317,9 @@ class Daemon:
         """Liveness and what this daemon is."""
         return protocol.ok(pid=os.getpid(), node=self.node, backend=getattr(self.sampler, "name", None),
                            gpus=self.sampler.gpu_count(), interval_s=self.interval_s,
-                           uptime_s=round(self.clock() - self.started, 3), running=len(self.running), uid=uid)
+                           uptime_s=round(self.clock() - self.started, 3), running=len(self.running), uid=uid,
+                           sweeps=int(self.stats["sweeps"]), skipped=int(self.stats["skipped"]),
+                           sweep_s=round(self.stats["sweep_s"], 6))
 
     def op_register(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """A job starts on this node (prolog)."""
@@ -421,9 +424,7 @@ class Daemon:
         gpus = []
         for s in self.latest:
             if visible is None or s.gpu in visible:
-                d = s.to_dict()
-                d.pop("processes", None)
-                gpus.append(d)
+                gpus.append(sample_dict(s))
         now = self.clock()
         return protocol.ok(t=self.latest_t, node=self.node, gpus=gpus,
                            jobs=[{**_public_reg(r), "elapsed_s": round(now - r["start"], 1)} for r in jobs])
@@ -458,7 +459,7 @@ class Daemon:
         self.stats["sweeps"] += 1
         self.latest, self.latest_t = samples, t
         self._periodic(t)
-        if self.pub is not None:
+        if self.pub is not None and self.pub.wanted():
             self.pub.publish(sweep_message(t, samples, self._gpu_jobs()))
         self._publish_view()
 
@@ -547,7 +548,7 @@ class Daemon:
     def scan_host(self) -> None:
         """Fold the running jobs' process usage and the node's NIC/IB counters."""
         try:
-            usage = hostusage.scan_jobs(self.attr, set(self.running))
+            usage = hostusage.scan_jobs(self.attr, set(self.running), self._nonjob_pids)
             net = hostusage.net_counters(self._sys_root())
         except Exception as e:  # noqa: BLE001 - host figures are a bonus; sampling goes on
             self.log.warning("host scan failed: %s: %s", type(e).__name__, e)
