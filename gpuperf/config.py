@@ -116,7 +116,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "replay_speed": Key(float, 1.0, "replay backend speed-up", validate=_positive),
         "request_timeout_s": Key(float, 2.0, "hooks wait this long for the daemon", validate=_positive),
         "user_socket_dir": Key(str, "/run/gpuperf/daemon-user", "directory of the read-only user socket (0755)"),
-        "checkpoint_s": Key(float, 10.0, "aggregates are written to the store this often", validate=_positive),
+        "checkpoint_s": Key(float, 30.0, "aggregates are written to the store this often", validate=_positive),
         "full_res_s": Key(float, 3600.0, "full-resolution samples kept this long, then 1-minute means", validate=_positive),
         "retention_days": Key(float, 90.0, "1-minute series and finished jobs kept this long", validate=_positive),
         "host_interval_s": Key(float, 5.0, "per-job CPU/RSS/IO scan interval", validate=_positive),
