@@ -40,7 +40,7 @@ def _topology_here(tmp: Path) -> tuple[Path, dict]:
 
 
 @pytest.fixture(scope="module")
-def cluster(slurm_cluster):
+def spank_cluster(slurm_cluster):
     """The test cluster with gpuperf_spank.so (built here from source) in its plugstack.conf."""
     c = slurm_cluster
     lib = c.dir / "lib"
@@ -88,15 +88,15 @@ def _plugin_log_lines(c, job: int, text: str) -> list[str]:
     return [l for l in log.splitlines() if f"gpuperf: job {job} " in l and text in l]
 
 
-def test_option_is_registered_for_sbatch_and_srun_and_rejects_bad_values(cluster):
+def test_option_is_registered_for_sbatch_and_srun_and_rejects_bad_values(spank_cluster):
     for tool in ("sbatch", "srun"):
-        assert "--gpuperf=off|on" in cluster.run(tool, "--help").stdout
-    bad = cluster.run("sbatch", "--gpuperf=maybe", "--wrap=true")
+        assert "--gpuperf=off|on" in spank_cluster.run(tool, "--help").stdout
+    bad = spank_cluster.run("sbatch", "--gpuperf=maybe", "--wrap=true")
     assert bad.returncode != 0 and "expected off or on" in bad.stderr
 
 
-def test_every_rank_of_a_4_task_srun_ends_on_its_planned_cpus(cluster):
-    c = cluster
+def test_every_rank_of_a_4_task_srun_ends_on_its_planned_cpus(spank_cluster):
+    c = spank_cluster
     script = f"srun -n4 {_report(c)}\nsrun -n4 --gpuperf=off {_report(c)}\n"
     job = c.sbatch(script, "-n4", "--gres=gpu:4", user=c.user)
     assert c.wait(job) == "COMPLETED", c.job_output(job)
@@ -129,8 +129,8 @@ def test_every_rank_of_a_4_task_srun_ends_on_its_planned_cpus(cluster):
     assert (c.run_dir / "jobs" / str(job) / "applied").stat().st_uid != 0  # the job user's directory
 
 
-def test_sbatch_gpuperf_off_reaches_prolog_taskprolog_and_every_step(cluster):
-    c = cluster
+def test_sbatch_gpuperf_off_reaches_prolog_taskprolog_and_every_step(spank_cluster):
+    c = spank_cluster
     job = c.sbatch(f"echo batch gpuperf=$GPUPERF\nsrun -n2 {_report(c)}\n", "-n2", "--gres=gpu:2",
                    "--gpuperf=off")
     assert c.wait(job) == "COMPLETED", c.job_output(job)
@@ -145,8 +145,8 @@ def test_sbatch_gpuperf_off_reaches_prolog_taskprolog_and_every_step(cluster):
     assert contexts and all(t["env_gpuperf"] == "off" for t in contexts)
 
 
-def test_missing_or_corrupt_plan_leaves_tasks_running_unpinned_with_one_log_line_each(cluster):
-    c = cluster
+def test_missing_or_corrupt_plan_leaves_tasks_running_unpinned_with_one_log_line_each(spank_cluster):
+    c = spank_cluster
     plan = f"{c.run_dir}/jobs/$SLURM_JOB_ID/affinity.plan"
     script = (f"rm -f {plan}\nsrun -n2 {_report(c)}\n"
               f"echo 'not a plan' > {plan}\nsrun -n2 {_report(c)}\n"
@@ -170,8 +170,8 @@ def test_missing_or_corrupt_plan_leaves_tasks_running_unpinned_with_one_log_line
     assert all(re.search(r"task \d: ", l) for l in _plugin_log_lines(c, job, "not pinned"))
 
 
-def test_gpuperf_run_applies_the_same_plan_without_the_plugin(cluster):
-    c = cluster
+def test_gpuperf_run_applies_the_same_plan_without_the_plugin(spank_cluster):
+    c = spank_cluster
     plugstack = c.dir / "plugstack.conf"
     with_plugin = plugstack.read_text()
     plugstack.write_text("# gpuperf_spank.so left out: gpuperf-run does the pinning\n")
