@@ -9,12 +9,19 @@ import pytest
 
 pytestmark = pytest.mark.slurm
 
-SHOW = r"env | grep -E '^(NCCL_|CUDA_DEVICE_ORDER|PYTORCH_CUDA_ALLOC_CONF|OMP_NUM_THREADS|GPUPERF_ENV_SET)=' | sed 's/^/{tag} /'"
+SHOW = r"env | grep -E '^(NCCL_[A-Z_]*|CUDA_DEVICE_ORDER|PYTORCH_CUDA_ALLOC_CONF|OMP_NUM_THREADS|GPUPERF_ENV_SET)=' | awk -v t={tag} '{{print t, $0}}'"
+
+
+def _quoted(cmd: str) -> str:
+    """``cmd`` inside the batch script's double quotes, expanded only by the task's shell."""
+    return cmd.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+
+
 SCRIPT = f"""
 {SHOW.format(tag="batch")}
-srun -n1 --gres=gpu:1 sh -c "{SHOW.format(tag="step1").replace('"', chr(92) + '"')}"
+srun -n1 --gres=gpu:1 sh -c "{_quoted(SHOW.format(tag="step1"))}"
 export OMP_NUM_THREADS=3
-srun -n1 --gres=gpu:1 sh -c "{SHOW.format(tag="step2").replace('"', chr(92) + '"')}"
+srun -n1 --gres=gpu:1 sh -c "{_quoted(SHOW.format(tag="step2"))}"
 """
 
 
@@ -103,3 +110,27 @@ def test_bad_policy_is_one_clear_error_and_exports_nothing(gpuperf_config_reset)
     except OSError:
         pass
     assert "guide-tree" in logs
+
+
+def test_two_node_job_gets_the_network_variables_on_every_node(slurm_cluster2):
+    c = slurm_cluster2
+    n1, n2 = c.node_names
+    show = _quoted(SHOW.format(tag="$SLURMD_NODENAME"))  # expanded in each task, not by the batch shell
+    job = c.sbatch(f'/usr/bin/srun /bin/sh -c "{show}"\n', "-N2", "--ntasks-per-node=1", "--gres=gpu:1",
+                   user=c.user)
+    assert c.wait(job) == "COMPLETED", c.logs()
+    seen = _seen(c.job_output(job))
+    # both nodes are the pcie-l40s-2s fixture: one active RoCE port mlx5_0 whose RoCE v2 GID index is 3
+    roce = next(n for n in _topology(c)["nics"] if n["kind"] == "roce" and n["state"] == "ACTIVE")
+    for node in (n1, n2):
+        assert seen[node]["NCCL_IB_HCA"] == f"={roce['name']}:{roce['port']}", (node, seen)
+        assert seen[node]["NCCL_IB_GID_INDEX"] == str(roce["gid_index_rocev2"])
+        assert "NCCL_NET_GDR_LEVEL" not in seen[node]  # nvidia_peermem is not loaded on that node
+        for name in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL"):
+            assert name not in seen[node]
+
+
+def _topology(c) -> dict:
+    from gpuperf.topology import load_node
+
+    return load_node(c.gpuperf_config()["general"]["node_root"], health=False).topology
