@@ -231,7 +231,7 @@ class SlurmCluster:
         why = can_run()
         if why:
             raise ClusterError(why)
-        t = self.timings
+        t = self.timings = {}
         t0 = time.monotonic()
         t["install_s"] = _timed(ensure_packages)
         ensure_user()
@@ -384,9 +384,11 @@ class SlurmCluster:
         l = self.layout
         if not l.subnet:
             return
-        for n in l.nodes:
+        for i, n in enumerate(l.nodes, 1):
+            # a process left in the namespace keeps it (and the veth pair) alive: delete the pair first
+            _sh(["ip", "link", "del", f"{l.bridge.replace('gpbr', 'gpv')}{i}"], check=False)
             if Path(f"/run/netns/{n.netns}").exists():
-                _sh(["ip", "netns", "del", n.netns], check=False)  # takes its veth pair with it
+                _sh(["ip", "netns", "del", n.netns], check=False)
         _sh(["ip", "link", "del", l.bridge], check=False)
 
     # ---- down ---------------------------------------------------------------------------------------
@@ -399,10 +401,16 @@ class SlurmCluster:
             jobs = self.run("squeue", "-h", "-o", "%A", timeout=10).stdout.split()
             if jobs:
                 self.run("scancel", *jobs, timeout=10)
+                # let the epilogs run: a slurmd stopped mid-cancel leaves its slurmstepd behind
+                with contextlib.suppress(ClusterError):
+                    _wait(lambda: not self.run("squeue", "-h", "-o", "%A", timeout=10).stdout.split(), timeout,
+                          "cancelled jobs to leave", 0.2)
         # slurmctld and slurmd first: slurmctld's last messages to slurmdbd can still land
         first = [p for k, p in running.items() if p and (k == "slurmctld" or k.startswith("slurmd-"))]
         _terminate(first, str(self.dir), timeout)
         _terminate([p for k, p in running.items() if p and k in ("slurmdbd", "mariadbd")], str(self.dir), timeout)
+        # what is left with our marker is a slurmstepd of ours (it ignores SIGTERM)
+        _terminate(_marked(str(self.dir)), str(self.dir), 0, sig=signal.SIGKILL)
         self._network_down()
         if purge and self.dir.is_dir():
             _sh(["rm", "-rf", "--one-file-system", str(self.dir)], check=False)
@@ -653,12 +661,17 @@ def _timed(fn) -> float:
     return time.monotonic() - t0
 
 
-def _terminate(pids: list[int], marker: str, timeout: float) -> None:
-    """SIGTERM these processes (ours only), wait, then SIGKILL what is left."""
+def _marked(marker: str) -> list[int]:
+    """Every live process started by the instance whose marker this is (daemons and their slurmstepd)."""
+    return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and _owned(int(d.name), marker)]
+
+
+def _terminate(pids: list[int], marker: str, timeout: float, sig: int = signal.SIGTERM) -> None:
+    """Signal these processes (ours only), wait, then SIGKILL what is left."""
     pids = [p for p in pids if _owned(p, marker)]
     for p in pids:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGTERM)
+            os.kill(p, sig)
     end = time.monotonic() + timeout
     while pids and time.monotonic() < end:
         pids = [p for p in pids if _owned(p, marker)]

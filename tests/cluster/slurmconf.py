@@ -291,7 +291,7 @@ def gpuperf_defaults(l: Layout) -> dict[str, dict[str, Any]]:
         "controller": {"store": str(l.state_dir / "cluster.sqlite"), "port": l.collector_port,
                        "address": f"{l.ctld_addr}:{l.collector_port}",
                        # the job stays COMPLETING while EpilogSlurmctld waits: keep test jobs quick
-                       "merge_wait_s": 3.0},
+                       "merge_wait_s": 2.0},
     }
 
 
