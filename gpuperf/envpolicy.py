@@ -19,8 +19,9 @@ MARKER = "GPUPERF_ENV_SET"
 USER_WINS = "the job set it: the user's value wins"
 AFFINITY_OMP_MARKER = "GPUPERF_OMP"  # the affinity SPANK plugin's record of the OpenMP values it set
 
-# Workload decisions and switches that disable a transport: gpuperf never sets them by default,
-# and an admin rule needs ``force = true`` to set them (the reason says what goes wrong).
+# Workload decisions and switches that can disable a transport: an admin rule needs ``force = true``
+# to set them (the reason says what goes wrong). The defaults set none of them, except
+# NCCL_NET_GDR_LEVEL=PXB, NCCL's own default, where the topology warrants it (see _gdr).
 FORCE_REQUIRED: dict[str, str] = {
     "NCCL_ALGO": "forcing an algorithm loses bandwidth at other sizes (Tree: about -30% at >= 32 MiB on 4xH200)",
     "NCCL_PROTO": "forcing a protocol helps some sizes and hurts others",

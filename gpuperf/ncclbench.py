@@ -203,7 +203,7 @@ def _worker(args: argparse.Namespace) -> int:
         with open(args.out, "w") as f:
             json.dump({"seconds_per_op": {str(s): mat[i].tolist() for i, s in enumerate(size_list)},
                        "torch": torch.__version__,
-                       "nccl": ".".join(map(str, torch.cuda.nccl.version())) if args.device == "cuda" else None,
+                       "nccl": _nccl_version(torch) if args.device == "cuda" else None,
                        "gpu": torch.cuda.get_device_name(dev) if args.device == "cuda" else None}, f)
     dist.barrier()
     dist.destroy_process_group()
@@ -228,6 +228,11 @@ def gpuperf_exports(nproc: int, root: str | None = None, repo: str | None = None
     return {n: v for n, v in answer.get("exports", []) if not n.startswith("GPUPERF_")}, answer
 
 
+def _nccl_version(torch: Any) -> str:
+    v = torch.cuda.nccl.version()
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)  # older torch: one int, 2xxyy
+
+
 def versions() -> dict[str, Any]:
     """torch / NCCL / GPU names where torch is importable (for the result's header)."""
     try:
@@ -236,7 +241,7 @@ def versions() -> dict[str, Any]:
         return {"torch": None}
     out: dict[str, Any] = {"torch": torch.__version__}
     if torch.cuda.is_available():
-        out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        out["nccl"] = _nccl_version(torch)
         out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return out
 
