@@ -1,8 +1,8 @@
 """The controller's store (SQLite, WAL): node summaries as they arrive and merged job summaries.
 
 Jobs carry the columns ``gpuperf jobs`` filters and sorts on (end time, user, waste, energy,
-GPU-hours), each indexed, so listing a week out of 100,000 jobs reads an index range. Summaries
-are stored zlib-compressed. The file is created mode 0600: job summaries are private to their
+GPU-hours), each indexed; the zlib-compressed summaries live in a table of their own, so a
+listing reads narrow rows only (100,000 jobs: benchmarks/jobs_query.py). The file is created mode 0600: job summaries are private to their
 owners, and users read theirs through ``gpuperf report`` (sacct) instead.
 """
 
@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS node_summaries (
 CREATE TABLE IF NOT EXISTS jobs (
   job_id INTEGER PRIMARY KEY, user TEXT, uid INTEGER, start REAL, end REAL, nodes TEXT,
   gpus INTEGER, gpu_hours REAL, wasted_gpu_hours REAL, energy_j REAL, class TEXT,
-  imbalanced INTEGER, partial INTEGER, stored REAL NOT NULL, summary BLOB NOT NULL);
+  imbalanced INTEGER, partial INTEGER, stored REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS job_summaries (job_id INTEGER PRIMARY KEY, summary BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end);
 CREATE INDEX IF NOT EXISTS jobs_user_end ON jobs (user, end);
 CREATE INDEX IF NOT EXISTS jobs_waste ON jobs (wasted_gpu_hours);
@@ -106,15 +107,16 @@ class ClusterStore:
     def _insert_job(self, s: dict, job: dict) -> None:
         diag = s.get("diagnosis") or {}
         self.db.execute(
-            "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (int(s["job_id"]), s.get("user"), s.get("uid"), s.get("start"), s.get("end"), ",".join(s.get("nodes") or []),
              job.get("gpu_count"), job.get("gpu_hours"), job.get("wasted_gpu_hours"), job.get("energy_j"),
              diag.get("class"), int(bool(diag.get("imbalanced"))), int(bool((s.get("quality") or {}).get("partial"))),
-             time.time(), _pack(s)))
+             time.time()))
+        self.db.execute("INSERT OR REPLACE INTO job_summaries VALUES (?,?)", (int(s["job_id"]), _pack(s)))
 
     def job(self, job_id: int) -> dict | None:
         """A job's merged summary, or None."""
-        row = self.db.execute("SELECT summary FROM jobs WHERE job_id=?", (int(job_id),)).fetchone()
+        row = self.db.execute("SELECT summary FROM job_summaries WHERE job_id=?", (int(job_id),)).fetchone()
         return _unpack(row[0]) if row else None
 
     def jobs(self, since: float | None = None, user: str | None = None, sort: str = "waste",
