@@ -274,17 +274,20 @@ def test_bus_id_normalisation():
 
 # --- the recorder ----------------------------------------------------------------------------------
 
-def test_mirror_of_what_discovery_read_reproduces_the_topology(tmp_path):
-    """Record the hgx fixture as if it were live: the mirrored tree must give the same topology."""
+@pytest.mark.parametrize("node", [HGX, L40S])
+def test_mirror_of_what_discovery_read_reproduces_the_topology(tmp_path, node):
+    """Record a fixture as if it were live: the mirrored tree must give the same topology."""
     accesses = []
-    snap = load_snapshot(HGX)
-    original = discover(Root(HGX, log=lambda kind, p: accesses.append((kind, p))), snap, source="x")
+    snap = load_snapshot(node)
+    original = discover(Root(node, log=lambda kind, p: accesses.append((kind, p))), snap, source="x")
     mirror = record._Mirror(str(tmp_path))
     for kind, p in accesses:
         mirror.add(kind, p)
-    copied = discover(Root(str(tmp_path) + os.path.abspath(HGX)), snap, source="x")
+    copied_root = str(tmp_path) + os.path.abspath(node)
+    copied = discover(Root(copied_root), snap, source="x")
     assert copied == original
-    assert not os.path.exists(str(tmp_path) + os.path.join(os.path.abspath(HGX), "gpus.json"))  # only what was read
+    assert not os.path.exists(os.path.join(copied_root, "gpus.json"))  # only what discovery read
+    assert os.path.islink(os.path.join(copied_root, "sys/class/infiniband/mlx5_0"))  # links stay links
 
 
 def test_cli_record_this_machine_then_read_it_back(tmp_path):
