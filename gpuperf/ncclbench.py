@@ -92,7 +92,7 @@ def _free_port() -> int:
 def clean_env(base: dict[str, str]) -> dict[str, str]:
     """The parent's environment without any NCCL/CUDA tuning or gpuperf markers: 'NCCL defaults'."""
     drop = ("NCCL_", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS",
-            "GPUPERF_ENV_SET", "GPUPERF_OMP", "TORCH_NCCL", "CUDA_VISIBLE_DEVICES")
+            "GPUPERF_ENV_SET", "GPUPERF_OMP", "TORCH_NCCL")
     return {k: v for k, v in base.items() if not k.startswith(drop)}
 
 
@@ -110,14 +110,14 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
             argv = [sys.executable, "-m", "gpuperf.ncclbench", "--worker", "--backend", backend, "--device", device,
                     "--sizes", ",".join(map(str, size_list)), "--repeats", str(repeats), "--warmup", str(warmup),
                     "--out", out]
-            procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True, start_new_session=True))
+            # output to files, not pipes: a chatty rank (NCCL_DEBUG) must not block on a full pipe
+            with open(os.path.join(d, f"log{rank}"), "w") as log_f:
+                procs.append(subprocess.Popen(argv, env=env, stdout=log_f, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
         deadline = time.monotonic() + timeout_s
-        logs = []
         try:
             for p in procs:
-                left = max(1.0, deadline - time.monotonic())
-                logs.append(p.communicate(timeout=left)[0])
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             for p in procs:
                 if p.poll() is None:
@@ -127,7 +127,8 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
             raise RuntimeError(f"timed out after {timeout_s:.0f} s") from None
         bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
         if bad or not os.path.exists(out):
-            tail = "\n".join((logs[bad[0][0]] if bad else logs[0]).strip().splitlines()[-8:]) if logs else ""
+            with open(os.path.join(d, f"log{bad[0][0] if bad else 0}"), errors="replace") as f:
+                tail = "\n".join(f.read().strip().splitlines()[-8:])
             raise RuntimeError(f"workers failed {bad}: {tail}")
         with open(out) as f:
             per_op = json.load(f)["seconds_per_op"]
