@@ -57,9 +57,10 @@ def _slim(summary: dict, level: int) -> dict:
     dropped = []
     if level >= 1:
         # the reasons behind injected variables and the estimates' fixed texts (gpuspecs has them)
-        for node, env in (s.get("env") or {}).items():
-            if isinstance(env, dict):
-                s["env"][node] = {k: (v.get("value") if isinstance(v, dict) else v) for k, v in env.items()}
+        for env in (s.get("env") or {}).values():
+            vars_ = env.get("vars") if isinstance(env, dict) else None
+            if isinstance(vars_, dict):
+                env["vars"] = {k: (v.get("value") if isinstance(v, dict) else v) for k, v in vars_.items()}
         for k in ("label", "source"):
             (s.get("estimates") or {}).pop(k, None)
         dropped.append("env.reasons")

@@ -268,18 +268,32 @@ def _quality(aggs: dict, gpus: list[dict]) -> dict[str, Any]:
             "partial": partial, "reasons": reasons}
 
 
+def env_view(raw: Any) -> dict | None:
+    """The injected environment as the summary keeps it: {"vars": {name: {"value", "reason"}}, "disabled"?}."""
+    if not isinstance(raw, dict):
+        return None
+    if not isinstance(raw.get("vars"), list):
+        return raw                      # not the env engineer's plan format: kept as it is
+    out: dict[str, Any] = {"vars": {v["name"]: {"value": v.get("value"), "reason": v.get("reason")}
+                                    for v in raw["vars"] if isinstance(v, dict) and "name" in v}}
+    if raw.get("disabled"):
+        out["disabled"] = raw["disabled"]
+    return out
+
+
 def read_job_files(job_dir: str | Path | None) -> tuple[dict | None, dict | None]:
     """The env and affinity the prolog/TaskProlog recorded in the job's state dir (None when absent)."""
     if not job_dir:
         return None, None
     d = Path(job_dir)
-    env = jobstate.read_json(d / "env.json")
-    affinity = jobstate.read_json(d / "affinity.json")
-    if affinity is None:
-        # per-task files (affinity.<rank>.json) where the plan is written per task
-        parts = {p.stem.split(".", 1)[1]: jobstate.read_json(p) for p in sorted(d.glob("affinity.*.json"))}
-        parts = {k: v for k, v in parts.items() if v is not None}
-        affinity = parts or None
+    env = env_view(jobstate.read_json(d / "env.json"))
+    try:
+        # the affinity part's own reader: what the tasks applied, else the prolog's plan
+        from gpuperf.prolog.affinityplan import report as affinity_report
+
+        affinity = affinity_report(d)
+    except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
+        affinity = jobstate.read_json(d / "affinity.json")
     return env, affinity
 
 

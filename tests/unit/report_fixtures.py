@@ -42,9 +42,9 @@ def aggregates(job_id: int = 42, node: str = "n1", ngpus: int = 8, seconds: floa
 def context(job_id: int = 42, node: str = "n1", **kw) -> dict:
     """A node_summary context with a user and env/affinity as the prolog would leave them."""
     ctx = {"job_id": job_id, "node": node, "user": "alice", "uid": 1000,
-           "env": {"NCCL_SOCKET_IFNAME": {"value": "eth0", "reason": "the interface with the default route"},
-                   "NCCL_IB_HCA": {"value": "mlx5_0,mlx5_1,mlx5_2,mlx5_3", "reason": "IB ports that are ACTIVE"},
-                   "OMP_NUM_THREADS": {"value": "8", "reason": "cpus per task"}},
+           "env": {"vars": {"NCCL_SOCKET_IFNAME": {"value": "eth0", "reason": "the interface with the default route"},
+                            "NCCL_IB_HCA": {"value": "mlx5_0,mlx5_1,mlx5_2,mlx5_3", "reason": "IB ports that are ACTIVE"},
+                            "OMP_NUM_THREADS": {"value": "8", "reason": "cpus per task"}}},
            "affinity": {str(r): {"gpu": r, "cpus": list(range(r * 8, r * 8 + 8)), "mem_policy": "bind", "numa": r // 4}
                         for r in range(8)}}
     ctx.update(kw)

@@ -79,10 +79,11 @@ def test_any_json_payload_roundtrips_through_sacctmgr(extra):
 def test_a_long_injected_env_drops_its_reasons_first_to_stay_within_4_kib():
     ctx = context()
     # reasons that do not compress (hex digests): the full summary no longer fits
-    ctx["env"] = {f"VAR_{i}": {"value": f"v{i}", "reason": hashlib.sha256(str(i).encode()).hexdigest()} for i in range(40)}
+    ctx["env"] = {"vars": {f"VAR_{i}": {"value": f"v{i}", "reason": hashlib.sha256(str(i).encode()).hexdigest()}
+                           for i in range(40)}}
     s = summary.node_summary(aggregates(ngpus=8), ctx)
     text = admincomment.encode(s)
     d = admincomment.decode(text)
     assert len(text.encode()) <= 4096
-    assert d["truncated"][0] == "env.reasons" and d["env"]["n1"]["VAR_7"] == "v7"
+    assert d["truncated"][0] == "env.reasons" and d["env"]["n1"]["vars"]["VAR_7"] == "v7"
     assert d["gpus"] == s["gpus"]

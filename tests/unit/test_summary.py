@@ -65,12 +65,16 @@ def test_host_cpu_efficiency_is_cpu_time_over_allocated_cpu_time():
 
 def test_env_and_affinity_are_read_from_the_job_dir_and_absence_is_fine(tmp_path):
     d = tmp_path / "jobs" / "42"
-    jobstate.write_json(d / "env.json", {"NCCL_IB_HCA": {"value": "mlx5_0", "reason": "active port"}})
-    jobstate.write_json(d / "affinity.0.json", {"gpu": 0, "cpus": [0, 1]})
-    jobstate.write_json(d / "affinity.1.json", {"gpu": 1, "cpus": [2, 3]})
+    # as the env prolog step writes it (EnvPlan.to_dict() plus its own fields)
+    jobstate.write_json(d / "env.json", {"schema": "gpuperf.envplan.v1", "job_id": 42, "disabled": None,
+                                         "vars": [{"name": "NCCL_IB_HCA", "value": "mlx5_0", "reason": "active port",
+                                                   "rule": "ib", "nccl_below": None, "per_task": None}],
+                                         "skipped": [{"name": "NCCL_ALGO", "reason": "never forced", "rule": "x"}]})
+    planned = {"0": {"gpu": "0", "numa": "0", "cpus": [0, 1], "status": "planned"}, "cpus_source": "cgroup"}
+    jobstate.write_json(d / "affinity.json", planned)
     s = summary.node_summary(aggregates(ngpus=2), {"job_id": 42, "node": "n1", "job_dir": str(d)})
-    assert s["env"]["n1"]["NCCL_IB_HCA"]["value"] == "mlx5_0"
-    assert s["affinity"]["n1"] == {"0": {"gpu": 0, "cpus": [0, 1]}, "1": {"gpu": 1, "cpus": [2, 3]}}
+    assert s["env"]["n1"] == {"vars": {"NCCL_IB_HCA": {"value": "mlx5_0", "reason": "active port"}}}
+    assert s["affinity"]["n1"]["0"]["cpus"] == [0, 1]
     empty = summary.node_summary(aggregates(ngpus=2), {"job_id": 42, "node": "n1", "job_dir": str(tmp_path / "none")})
     assert empty["env"] == {} and empty["affinity"] == {}
 
