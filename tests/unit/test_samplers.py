@@ -135,3 +135,143 @@ def test_unknown_backend_is_refused():
     with pytest.raises(SamplerUnavailable, match="unknown sampler backend"):
         open_sampler("bogus")
     assert probe("bogus") is not None
+
+
+# --- dcgm backend, against a stand-in of the DCGM bindings and hostengine -----------------------------
+
+FAKES = Path(__file__).resolve().parent.parent / "fakes" / "dcgm_bindings"
+REC = Path(__file__).resolve().parent.parent / "data" / "recordings" / "matmul_bf16-h100-80gb-hbm3.jsonl.gz"
+
+
+def dcgm_values(s: dict) -> dict[int, object]:
+    """A recorded GpuSample dict in DCGM's units (profiling fields are 0-1 ratios)."""
+    from gpuperf.samplers.dcgm import DEVICE_FIELDS, PROF_FIELDS
+
+    out: dict[int, object] = {}
+    for fid, (name, scale) in {**DEVICE_FIELDS, **PROF_FIELDS}.items():
+        if s.get(name) is not None:
+            out[fid] = int(s[name]) if name == "throttle_reasons" else s[name] / scale
+    return out
+
+
+@pytest.fixture
+def hostengine(monkeypatch):
+    """The stand-in DCGM bindings (tests/fakes/README.md) on sys.path, hostengine up with two GPUs.
+
+    NOT a real DCGM: it follows the public bindings' signatures and return shapes; no real
+    hostengine was available to test against.
+    """
+    import sys
+
+    monkeypatch.syspath_prepend(str(FAKES))
+    import fake_hostengine as he
+
+    he.reset()
+    he.up = True
+    sweep = next(sw for sw in load_recording(str(REC)).sweeps if sw[0].get("tensor_active_pct", 0) > 90)
+    # DCGM gpu ids 0,1 are NVML indices 1,0: the backend must report NVML indices
+    for gpu_id, nvml_index in ((0, 1), (1, 0)):
+        he.gpus[gpu_id] = {**dcgm_values(sweep[0]), 52: nvml_index, 156: 1_000_000.0 * (gpu_id + 1)}
+    he.gpus[1][155] = 123.0  # tell the GPUs apart
+    yield he
+    he.reset()
+    for mod in ("pydcgm", "dcgm_structs", "dcgm_fields", "fake_hostengine"):
+        sys.modules.pop(mod, None)
+
+
+def test_dcgm_sample_matches_the_recorded_sample_it_was_fed(hostengine):
+    from gpuperf.samplers.dcgm import DcgmSampler
+
+    src = next(sw for sw in load_recording(str(REC)).sweeps if sw[0].get("tensor_active_pct", 0) > 90)[0]
+    s = DcgmSampler()
+    try:
+        got = s.sample()
+        assert [x.gpu for x in got] == [0, 1]
+        by = {x.gpu: x for x in got}
+        assert by[0].power_w == 123.0 and by[1].power_w == pytest.approx(src["power_w"])
+        for name in ("tensor_active_pct", "sm_active_pct", "dram_active_pct", "util_gpu_pct", "mem_used_mib",
+                     "sm_clock_mhz", "pcie_rx_bps"):
+            assert getattr(by[1], name) == pytest.approx(src[name]), name
+        assert by[1].throttle_reasons == src["throttle_reasons"]
+        assert by[1].nvlink_tx_bps is None  # blank in DCGM -> None, never 0
+        assert s.read_energy() == {1: pytest.approx(1000.0), 0: pytest.approx(2000.0)}
+        watch = [c for c in hostengine.calls if c[0] == "watch"]
+        assert [c[3] for c in watch] == [1_000_000, 1_000_000]     # 1 s, in microseconds
+        assert any(1004 in c[2] for c in watch) and any(155 in c[2] for c in watch)
+    finally:
+        s.close()
+    assert hostengine.groups == {} and hostengine.field_groups == {}  # cleaned up in the hostengine
+
+
+def test_dcgm_without_profiling_still_gives_device_fields(hostengine):
+    from gpuperf.samplers.dcgm import DcgmSampler
+
+    hostengine.prof_supported = False
+    s = DcgmSampler()
+    x = s.sample()[0]
+    assert x.power_w is not None and x.util_gpu_pct is not None
+    assert x.tensor_active_pct is None and x.sm_active_pct is None
+    s.close()
+
+
+def test_dcgm_probe_and_auto_choice(hostengine):
+    from gpuperf.samplers import dcgm as dcgm_mod
+
+    assert dcgm_mod.probe() is None
+    assert "no hostengine at 10.0.0.9" in dcgm_mod.probe(address="10.0.0.9")
+    assert open_sampler("auto").name == "dcgm"
+    hostengine.up = False
+    assert "no hostengine" in probe("dcgm")
+    with pytest.raises(SamplerUnavailable, match="dcgm: hostengine at localhost"):
+        open_sampler("dcgm")
+    # auto falls through to nvml, which has no GPU here either: the error names both reasons
+    with pytest.raises(SamplerUnavailable, match="dcgm: .*nvml: "):
+        open_sampler("auto")
+
+
+def test_dcgm_unix_socket_address(hostengine):
+    hostengine.address = "/run/nvhe.sock"
+    s = open_sampler("dcgm:unix:/run/nvhe.sock")
+    assert s.gpu_count() == 2
+    assert ("connect", "/run/nvhe.sock", 2000) in hostengine.calls
+    s.close()
+
+
+def test_dcgm_bindings_missing_is_unavailable():
+    from gpuperf.samplers import dcgm as dcgm_mod
+
+    assert "not importable" in dcgm_mod.probe()
+
+
+# --- the contract every backend passes ---------------------------------------------------------------
+
+@pytest.fixture(params=["replay", "dcgm"])
+def any_sampler(request, tmp_path):
+    if request.param == "replay":
+        s = open_sampler(f"replay:{REC}?loop")
+    else:
+        request.getfixturevalue("hostengine")
+        s = open_sampler("dcgm")
+    yield s
+    s.close()
+
+
+def test_every_backend_keeps_the_sampler_contract(any_sampler):
+    s = any_sampler
+    assert isinstance(s.name, str) and s.name
+    for _ in range(3):
+        before = time.time()
+        sweep = s.sample()
+        assert len(sweep) == s.gpu_count() > 0
+        assert [x.gpu for x in sweep] == sorted({x.gpu for x in sweep})
+        for x in sweep:
+            assert isinstance(x, GpuSample)
+            assert before - 1 <= x.t <= time.time() + 1
+            for name in ("util_gpu_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct"):
+                v = getattr(x, name)
+                assert v is None or 0 <= v <= 100, (name, v)
+            assert x.power_w is None or x.power_w >= 0
+            assert GpuSample.from_dict(json.loads(json.dumps(x.to_dict()))) == x
+    energy = s.read_energy()
+    assert set(energy) == {x.gpu for x in sweep}
+    assert all(v is None or v >= 0 for v in energy.values())
