@@ -368,3 +368,46 @@ def test_exports_for_computes_without_a_cache(tmp_path, monkeypatch):
     assert pairs["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "OMP_NUM_THREADS" not in pairs  # the caller's own value wins
     assert ep.MARKER in pairs
+
+
+# --- gpuperf env ----------------------------------------------------------------------------------------
+
+def _gpuperf(argv, capsys, monkeypatch, tmp_path, config_text=""):
+    from gpuperf import cli
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(config_text)
+    monkeypatch.setenv("GPUPERF_CONFIG", str(cfg))
+    for k in list(os.environ):
+        if k.startswith(("NCCL_", "OMP_", "CUDA_", "PYTORCH_", "GPUPERF_ENV", "SLURM_")):
+            monkeypatch.delenv(k)
+    rc = cli.main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_gpuperf_env_json_and_explain_on_a_recorded_node(capsys, monkeypatch, tmp_path):
+    root = NODES / "hgx-h100-2s"
+    if not (root / "sys").is_dir():
+        pytest.skip("hgx-h100-2s fixture not recorded yet")
+    rc, out, _ = _gpuperf(["env", "--json", "--root", str(root), "--nodes", "2", "--gpus", "4",
+                           "--cpus-per-task", "16"], capsys, monkeypatch, tmp_path)
+    assert rc == 0
+    data = json.loads(out)
+    exports = dict(data["exports"])
+    assert exports["NCCL_IB_HCA"].startswith("=mlx5_") and exports["OMP_NUM_THREADS"] == "4"
+    assert data["shape"]["gpus"] == [0, 1, 2, 3] and data["shape"]["nodes"] == 2
+    assert not any(n.startswith("GPUPERF_") for n in exports)
+    rc, out, _ = _gpuperf(["env", "--explain", "--root", str(root)], capsys, monkeypatch, tmp_path)
+    lines = out.splitlines()
+    assert rc == 0 and "export CUDA_DEVICE_ORDER=PCI_BUS_ID" in lines
+    reason = lines[lines.index("export CUDA_DEVICE_ORDER=PCI_BUS_ID") - 1]
+    assert reason.startswith("# ") and "[default:cuda_device_order]" in reason
+    assert any(l.startswith("# not set: NCCL_SOCKET_IFNAME, NCCL_IB_*: single-node") for l in lines)
+
+
+def test_gpuperf_env_bad_policy_is_one_line_and_exit_2(capsys, monkeypatch, tmp_path):
+    rc, out, err = _gpuperf(["env"], capsys, monkeypatch, tmp_path,
+                            '[env]\n[[env.rules]]\nname = "p2p"\nset = { NCCL_P2P_LEVEL = "NVL" }\n')
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "'p2p'" in err and "force = true" in err

@@ -119,3 +119,11 @@ def test_smoke_benchmark_with_gloo_on_cpu(tmp_path):
     assert set(data["sets"]) == {"default", "gpuperf", "tree", "ring-simple"}
     assert data["sets"]["gpuperf"]["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert data["sets"]["tree"]["env"] == {"NCCL_ALGO": "Tree"}
+
+
+@pytest.mark.parametrize("cand,words", [("LD_PRELOAD=/x.so", "unknown variable class"), ("NCCL_ALGO", "NAME=VALUE")])
+def test_tune_refuses_bad_candidates_before_measuring(cand, words, capsys):
+    from gpuperf import cli
+
+    rc = cli.main(["tune", "--out", "/nonexistent/rules.toml", "--candidate", cand, "--device", "cpu"])
+    assert rc == 2 and words in capsys.readouterr().err
