@@ -275,3 +275,72 @@ def test_every_backend_keeps_the_sampler_contract(any_sampler):
     energy = s.read_energy()
     assert set(energy) == {x.gpu for x in sweep}
     assert all(v is None or v >= 0 for v in energy.values())
+
+
+# --- recorder and the workload runner ---------------------------------------------------------------
+
+def test_record_writes_a_replayable_recording_with_energy_at_both_ends(tmp_path):
+    import io
+
+    from gpuperf.samplers.record import record
+
+    src = ReplaySampler(str(REC), clock="virtual", start_t=1000.0)
+    buf = io.StringIO()
+    head = {"schema": "gpuperf.recording.v1", "how": "test", "gpus": [{"index": 0}], "interval_s": 0.01}
+    n = record(src, buf, seconds=0.2, interval_s=0.01, head=head)
+    out = tmp_path / "r.jsonl"
+    out.write_text(buf.getvalue())
+    rec = load_recording(str(out))
+    assert len(rec.sweeps) == n >= 3
+    lines = [json.loads(x) for x in buf.getvalue().splitlines()]
+    assert "energy_j" in lines[1] and "energy_j" in lines[-1]
+    assert all("energy_j" not in x for x in lines[2:-1])          # the costly counter only at the ends
+    assert rec.offsets_s == pytest.approx(list(range(n)), abs=0.05)   # the sampler's (virtual) stamps kept
+    assert [sw[0]["util_gpu_pct"] for sw in rec.sweeps] == \
+        [sw[0]["util_gpu_pct"] for sw in load_recording(str(REC)).sweeps[:n]]
+
+
+def test_record_stops_when_told():
+    import io
+
+    from gpuperf.samplers.record import record
+
+    src = ReplaySampler(str(REC), clock="virtual", start_t=0.0)
+    stop = [True]
+    assert record(src, io.StringIO(), seconds=60, interval_s=1, head={"schema": "x"}, stop=stop) == 0
+
+
+def _record_workloads():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "record_workloads.py"
+    spec = importlib.util.spec_from_file_location("record_workloads", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_record_workloads_arguments_for_the_allreduce_recording(tmp_path):
+    rw = _record_workloads()
+    assert set(rw.available()) >= {"matmul_bf16", "membound", "idle", "tiny_kernels", "input_bound", "allreduce"}
+    assert rw.parse_workloads(" allreduce ,idle") == ["allreduce", "idle"]
+    for bad in ("", "allreduce,nope"):
+        with pytest.raises(ValueError, match="unknown workload"):
+            rw.parse_workloads(bad)
+    assert rw.model_slug("NVIDIA H200") == "h200"
+    assert rw.model_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    out = tmp_path / "allreduce-h200.jsonl.gz"
+    rec, wl = rw.commands("allreduce", out, 40.0, 3.0, 3.0, 1.0, "4x H200")
+    assert rec[1:3] == ["-m", "gpuperf.samplers.record"] and str(out) in rec
+    assert float(rec[rec.index("--seconds") + 1]) > 46          # outlives lead + workload + tail
+    assert wl[1].endswith("benchmarks/workloads/allreduce.py") and wl[-2:] == ["--seconds", "40.0"]
+    assert "workload: benchmarks/workloads/allreduce.py --seconds 40.0" in rec[-1]
+    with pytest.raises(SystemExit):
+        rw.main(["--out", str(tmp_path), "--workloads", "allreduce", "--seconds", "0"])
+
+
+def test_allreduce_workload_always_disables_nvls():
+    src = (Path(__file__).resolve().parents[2] / "benchmarks" / "workloads" / "allreduce.py").read_text()
+    # set before torch is imported, and again in each spawned worker
+    assert src.index('os.environ["NCCL_NVLS_ENABLE"] = "0"') < src.index("import torch")
+    assert src.count('os.environ["NCCL_NVLS_ENABLE"] = "0"') == 2
