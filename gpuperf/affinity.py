@@ -241,7 +241,7 @@ def plan(topology: Mapping[str, Any], alloc: Allocation, tasks: int,
     for r in range(tasks):
         pl = _dedup(places[r])
         cpus = tuple(sorted({c for p in pl for c in p}))
-        if cpus and len(rank_numa[r]) == len([n for n in rank_numa[r] if set(numa_cpus.get(n, [])) & job_cpus]):
+        if cpus and all(set(numa_cpus.get(n, [])) & job_cpus for n in rank_numa[r]):
             mems, policy = _mem(rank_numa[r], mem_policy)
         else:
             # a rank missing CPUs on one of its GPUs' nodes binds no memory either: nothing half-done

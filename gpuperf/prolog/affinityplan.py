@@ -81,14 +81,21 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
     return online, "all"
 
 
+def early_noop(ctx: JobContext, cfg: Config) -> str | None:
+    """Why there is nothing to plan, decided before reading the node (no NVML, no scontrol)."""
+    if not cfg.affinity.enabled:
+        return "affinity disabled ([affinity] enabled = false)"
+    if (ctx.env_gpuperf or "").lower() == "off":
+        return "gpuperf switched off for this job (--gpuperf=off)"
+    if not ctx.gpus:
+        return "no GPUs for the job on this node: Slurm's binding kept"
+    return None
+
+
 def build(ctx: JobContext, cfg: Config, topology: dict[str, Any], cpus: list[int], source: str
           ) -> tuple[affinity.Allocation, list[affinity.AffinityPlan]]:
     """The plans for every task count a step of this job may have on this node."""
     alloc = affinity.Allocation(gpus=tuple(ctx.gpus), cpus=tuple(cpus), cpus_source=source)
-    if not cfg.affinity.enabled:
-        return alloc, [affinity.AffinityPlan(tasks=1, noop="affinity disabled ([affinity] enabled = false)")]
-    if (ctx.env_gpuperf or "").lower() == "off":
-        return alloc, [affinity.AffinityPlan(tasks=1, noop="gpuperf switched off for this job (--gpuperf=off)")]
     known = [ctx.ntasks_local] if ctx.ntasks_local else []
     plans = [affinity.plan(topology, alloc, t, cfg.affinity.mem_policy, cfg.affinity.hyperthreads)
              for t in affinity.plan_counts(alloc, known)]
@@ -99,9 +106,13 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
     """Prolog step: compute and write the job's affinity plan; record it in ``state.data['affinity']``."""
     if ctx.job_id is None:
         return
-    topology = load_topology(cfg)
-    cpus, source = job_cpus(ctx, cfg, topology)
-    alloc, plans = build(ctx, cfg, topology, cpus, source)
+    why = early_noop(ctx, cfg)
+    if why:
+        alloc = affinity.Allocation(gpus=tuple(ctx.gpus), cpus=(), cpus_source="none")
+        plans = [affinity.AffinityPlan(tasks=1, noop=why)]
+    else:
+        topology = load_topology(cfg)
+        alloc, plans = build(ctx, cfg, topology, *job_cpus(ctx, cfg, topology))
     jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
     _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans))
     _applied_dir(jdir / APPLIED_DIR, ctx.uid)
@@ -109,8 +120,9 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
     # the report shows the one-rank-per-GPU shape (the common one) and the job's own shape when known
     shown = {p.tasks: p for p in plans if p.tasks in (max(1, len(alloc.gpus)), ctx.ntasks_local or 0)}
     state.data["affinity"] = {
-        "plan_file": str(jdir / PLAN_FILE), "cpus_source": source, "job_cpus": affinity.format_cpu_list(cpus),
-        "gpus": list(alloc.gpus), "noop": next((p.noop for p in plans if p.noop), None),
+        "plan_file": str(jdir / PLAN_FILE), "cpus_source": alloc.cpus_source,
+        "job_cpus": affinity.format_cpu_list(alloc.cpus), "gpus": list(alloc.gpus),
+        "noop": next((p.noop for p in plans if p.noop), None),
         "warnings": sorted({w for p in plans for w in p.warnings}),
         "tasks_planned": [p.tasks for p in plans], "plans": {str(t): p.to_dict() for t, p in shown.items()},
     }

@@ -304,6 +304,11 @@ def test_prolog_step_disabled_or_opted_out_writes_a_noop_plan(tmp_path, hgx):
     ctx.env_gpuperf = "off"
     affinityplan.step(ctx, _cfg(tmp_path, hgx), state)
     assert "off" in aff.parse_plan_text(affinityplan.plan_path(str(tmp_path / "run"), 80).read_text()).noop
+    # a job without GPUs: decided before the node is read (this topology file does not exist)
+    cfg = _cfg(tmp_path, hgx)
+    cfg.data["affinity"]["topology_file"] = str(tmp_path / "absent.json")
+    affinityplan.step(_ctx(82, gpus=()), cfg, state)
+    assert "no GPUs" in state.data["affinity"]["noop"]
 
 
 def test_applied_records_are_read_back_sorted(tmp_path):
