@@ -17,6 +17,8 @@ SCHEMA = "gpuperf.env.v1"
 # batch script, gpuperf-run inside a task) can tell gpuperf's values from the user's own
 MARKER = "GPUPERF_ENV_SET"
 USER_WINS = "the job set it: the user's value wins"
+# other names of the same setting: a user who set one of them has decided it
+ALIASES = {"PYTORCH_CUDA_ALLOC_CONF": ("PYTORCH_ALLOC_CONF",)}
 AFFINITY_OMP_MARKER = "GPUPERF_OMP"  # the affinity SPANK plugin's record of the OpenMP values it set
 
 # Workload decisions and switches that can disable a transport: an admin rule needs ``force = true``
@@ -350,7 +352,9 @@ def _common(topo: dict[str, Any], shape: JobShape, plan: EnvPlan) -> None:
                             "default:cuda_device_order"))
     plan.vars.append(EnvVar("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True",
                             "PyTorch's allocator grows segments instead of fragmenting memory (fewer OOMs and "
-                            "cache flushes in training; PyTorch >= 2.1)", "default:pytorch_alloc"))
+                            "cache flushes in training; PyTorch >= 2.1). The old name is the one every PyTorch "
+                            "reads (2.9.1 ignores expandable_segments under PYTORCH_ALLOC_CONF); 2.8-2.11 warn "
+                            "that it is deprecated", "default:pytorch_alloc"))
     rule = "default:omp_threads"
     gpt = max(1, shape.gpus_per_task or 1)
     if shape.cpus_per_task:
@@ -429,9 +433,9 @@ def apply_rules(plan: EnvPlan, rules: Sequence[RuleLike], facts: dict[str, Any])
 
 
 def drop_user_set(plan: EnvPlan, user_set: Iterable[str]) -> EnvPlan:
-    """A variable the user set always wins: drop it from the plan and say so."""
+    """A variable the user set always wins (under any of its names): drop it from the plan and say so."""
     mine = set(user_set)
-    for v in [v for v in plan.vars if v.name in mine]:
+    for v in [v for v in plan.vars if v.name in mine or mine.intersection(ALIASES.get(v.name, ()))]:
         plan.vars.remove(v)
         plan.skipped.append(Skipped(v.name, USER_WINS, v.rule))
     return plan

@@ -131,6 +131,12 @@ def test_user_set_variables_are_untouched_and_said_so():
     assert {s.name for s in plan.skipped if s.reason == ep.USER_WINS} == {"NCCL_IB_HCA", "OMP_NUM_THREADS"}
 
 
+def test_user_set_alias_counts_as_the_users_choice():
+    plan = ep.plan(hgx(), MULTI._replace(user_set=frozenset({"PYTORCH_ALLOC_CONF"})))
+    assert plan.get("PYTORCH_CUDA_ALLOC_CONF") is None
+    assert ep.Skipped("PYTORCH_CUDA_ALLOC_CONF", ep.USER_WINS, "default:pytorch_alloc") in plan.skipped
+
+
 def test_marker_tells_gpuperf_values_from_the_users():
     exported = [("OMP_NUM_THREADS", "8"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")]
     env = {"OMP_NUM_THREADS": "8", "CUDA_DEVICE_ORDER": "PCI_BUS_ID", ep.MARKER: ep.marker(exported),
