@@ -22,7 +22,6 @@ from gpuperf.ncclver import nccl_system
 from gpuperf.prolog import envtask
 
 
-
 def count_hosts(nodelist: str | None) -> int | None:
     """Number of hosts in a Slurm host list ('n[1-3,5],m1' -> 5); None when empty or unparsable."""
     if not nodelist:

@@ -7,7 +7,6 @@ import tomllib
 import pytest
 
 from gpuperf import config, envpolicy as ep, envrules
-from gpuperf.envpolicy import JobShape
 
 from test_envpolicy import MULTI, hgx
 
