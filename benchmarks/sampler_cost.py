@@ -65,7 +65,7 @@ def nvml_calls(sampler: Any) -> dict[str, tuple[float, float]]:
         "clock_sm": (lambda: q(m.nvmlDeviceGetClockInfo, h, 1), 500),
         "clocks_event_reasons": (lambda: q(sampler._throttle_fn, h), 500),
         "compute_processes": (lambda: q(m.nvmlDeviceGetComputeRunningProcesses, h), 200),
-        "field_values nvlink 138,139": (lambda: q(m.nvmlDeviceGetFieldValues, h, [138, 139]), 200),
+        "field_values nvlink 138,139 all links": (lambda: q(m.nvmlDeviceGetFieldValues, h, [(138, 0xFFFFFFFF), (139, 0xFFFFFFFF)]), 200),
         "field_values pcie 197,198": (lambda: q(m.nvmlDeviceGetFieldValues, h, [197, 198]), 200),
         "total_energy (read_energy only)": (lambda: q(m.nvmlDeviceGetTotalEnergyConsumption, h), 50),
         "pcie_throughput (never called)": (lambda: q(m.nvmlDeviceGetPcieThroughput, h, 0), 10),

@@ -50,14 +50,38 @@ def counter_rate(prev: float | None, cur: float | None, dt_s: float, scale: floa
     return (cur - prev) * scale / dt_s
 
 
-def counter_fields(has_nvlink: bool, has_gpm: bool) -> list[int]:
-    """Counter fields worth reading: NVLink only where links are up; PCIe only where GPM does not give it.
+ALL_LINKS = 0xFFFFFFFF  # scopeId: NVLink throughput fields are per link; UINT_MAX sums every link (nvml.h)
 
-    One nvmlDeviceGetFieldValues call with the PCIe byte counters measured 0.5 ms on H100, more than a
-    whole sweep of everything else; GPM's PCIe rates cost nothing extra.
+
+def counter_fields(has_nvlink: bool, has_gpm: bool) -> list[tuple[int, int]]:
+    """(field id, scope id) worth reading: NVLink only where links are up; PCIe only without GPM.
+
+    One nvmlDeviceGetFieldValues call with the PCIe byte counters measured 0.25-0.5 ms on H100, more
+    than a whole sweep of everything else; GPM's PCIe rates cost nothing extra. NVLink fields need an
+    explicit scope: a bare id means scope 0, link 0 alone.
     """
-    ids = [138, 139] if has_nvlink else []
-    return ids + ([] if has_gpm else [197, 198])
+    ids = [(138, ALL_LINKS), (139, ALL_LINKS)] if has_nvlink else []
+    return ids + ([] if has_gpm else [(197, 0), (198, 0)])
+
+
+def per_link(req: list[tuple[int, int]], links: list[int]) -> list[tuple[int, int]]:
+    """Replace all-link NVLink requests by one per active link (drivers that reject UINT_MAX)."""
+    out = []
+    for fid, scope in req:
+        out += [(fid, link) for link in links] if scope == ALL_LINKS else [(fid, scope)]
+    return out
+
+
+def sum_fields(req: list[tuple[int, int]], answers: list[tuple[int, float | None]]) -> dict[int, float]:
+    """Pure: per field id, the sum over its scopes; a field with any unanswered scope is left out."""
+    out: dict[int, float] = {}
+    bad: set[int] = set()
+    for (fid, _), (_, v) in zip(req, answers):
+        if v is None:
+            bad.add(fid)
+        else:
+            out[fid] = out.get(fid, 0.0) + v
+    return {k: v for k, v in out.items() if k not in bad}
 
 
 @dataclass
@@ -67,7 +91,8 @@ class _Gpu:
     name: str | None = None
     uuid: str | None = None
     counters: dict[int, float] = field(default_factory=dict)   # field id -> last value
-    counter_ids: list[int] = field(default_factory=list)        # fields that answered
+    counter_req: list[tuple[int, int]] = field(default_factory=list)  # (field id, scope id) still asked
+    links: list[int] = field(default_factory=list)              # active NVLink links
     counters_t: float | None = None                             # monotonic time of the counter values
     gpm: "_Gpm | None" = None
     has_nvlink: bool = False
@@ -141,13 +166,15 @@ class NvmlSampler:
                 log.get("samplers.nvml").warning("GPU %d: no NVML handle, not sampled", i)
                 continue
             g = _Gpu(i, h, _text(nvmlq.query(m.nvmlDeviceGetName, h)), _text(nvmlq.query(m.nvmlDeviceGetUUID, h)))
-            g.has_nvlink = any(nvmlq.query(m.nvmlDeviceGetNvLinkState, h, link) == 1 for link in range(18))
+            g.links = [link for link in range(getattr(m, "NVML_NVLINK_MAX_LINKS", 18))
+                       if nvmlq.query(m.nvmlDeviceGetNvLinkState, h, link) == 1]
+            g.has_nvlink = bool(g.links)
             if gpm and _gpm_supported(m, h):
                 try:
                     g.gpm = _Gpm(m, h, g.has_nvlink)
                 except m.NVMLError as e:
                     log.get("samplers.nvml").info("GPU %d: GPM unavailable: %s", i, e)
-            g.counter_ids = counter_fields(g.has_nvlink, g.gpm is not None)
+            g.counter_req = counter_fields(g.has_nvlink, g.gpm is not None)
             self.gpus.append(g)
         if not self.gpus:
             raise SamplerUnavailable("nvml: no GPUs")
@@ -208,28 +235,28 @@ class NvmlSampler:
 
     def _counters(self, g: _Gpu, s: GpuSample) -> None:
         """NVLink/PCIe cumulative byte counters -> rates since the previous sweep."""
-        if not g.counter_ids:
+        if not g.counter_req:
             return
-        vals = nvmlq.query(self.m.nvmlDeviceGetFieldValues, g.handle, g.counter_ids)
+        vals = nvmlq.query(self.m.nvmlDeviceGetFieldValues, g.handle, g.counter_req)
         now = time.monotonic()
         if vals is None:
-            g.counter_ids = []
+            g.counter_req = []
             return
+        answers = [(v.fieldId, float(v.value.ullVal) if v.nvmlReturn == 0 else None) for v in vals]
+        totals = sum_fields(g.counter_req, answers)
+        if g.counters_t is None:
+            # first sweep: fields NotSupported are never asked again; a driver that rejects the
+            # all-links scope is asked link by link
+            failed = {fid for fid, _ in g.counter_req} - set(totals)
+            retry = [r for r in g.counter_req if r[0] in failed and r[1] == ALL_LINKS]
+            g.counter_req = [r for r in g.counter_req if r[0] not in failed] + per_link(retry, g.links)
         dt = now - g.counters_t if g.counters_t is not None else 0.0
-        answered = []
-        for fid, v in zip(g.counter_ids, vals):
-            if v.nvmlReturn != 0:
-                g.counters.pop(fid, None)
-                continue
-            answered.append(fid)
-            cur = float(v.value.ullVal)
+        for fid, cur in totals.items():
             name, scale = COUNTER_FIELDS[fid]
             rate = counter_rate(g.counters.get(fid), cur, dt, scale)
             if rate is not None:
                 setattr(s, name, rate)
             g.counters[fid] = cur
-        if g.counters_t is None:
-            g.counter_ids = answered  # fields NotSupported on the first sweep are never asked again
         g.counters_t = now
 
     def read_energy(self) -> dict[int, float | None]:

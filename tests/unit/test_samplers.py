@@ -344,3 +344,30 @@ def test_allreduce_workload_always_disables_nvls():
     # set before torch is imported, and again in each spawned worker
     assert src.index('os.environ["NCCL_NVLS_ENABLE"] = "0"') < src.index("import torch")
     assert src.count('os.environ["NCCL_NVLS_ENABLE"] = "0"') == 2
+
+
+# --- nvml backend decisions (the backend itself is validated on real GPUs) -----------------------------
+
+def test_nvml_counter_requests_scope_nvlink_to_all_links_and_skip_pcie_under_gpm():
+    from gpuperf.samplers.nvml import ALL_LINKS, counter_fields, per_link
+
+    assert counter_fields(has_nvlink=True, has_gpm=True) == [(138, ALL_LINKS), (139, ALL_LINKS)]
+    assert counter_fields(has_nvlink=False, has_gpm=True) == []
+    assert counter_fields(has_nvlink=False, has_gpm=False) == [(197, 0), (198, 0)]
+    assert per_link([(138, ALL_LINKS), (197, 0)], [0, 3]) == [(138, 0), (138, 3), (197, 0)]
+
+
+def test_nvml_sum_fields_adds_links_and_drops_a_field_with_a_missing_link():
+    from gpuperf.samplers.nvml import sum_fields
+
+    req = [(138, 0), (138, 1), (139, 0), (139, 1)]
+    assert sum_fields(req, [(138, 10.0), (138, 5.0), (139, 1.0), (139, None)]) == {138: 15.0}
+
+
+def test_nvml_counter_rate():
+    from gpuperf.samplers.nvml import counter_rate
+
+    assert counter_rate(1000.0, 3000.0, 2.0, 1024.0) == 1024.0 * 1000.0
+    assert counter_rate(None, 5.0, 1.0, 1.0) is None
+    assert counter_rate(5.0, 4.0, 1.0, 1.0) is None      # reset (driver reload): unknown, not negative
+    assert counter_rate(1.0, 2.0, 0.0, 1.0) is None
