@@ -20,7 +20,8 @@ import pytest
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDINGS = sorted(p for p in (ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
+_REC_DIR = ROOT / "tests" / "data" / "recordings"
+RECORDINGS = sorted(_REC_DIR.glob("matmul*.jsonl*")) + sorted(_REC_DIR.glob("*.jsonl*"))
 
 SCRIPTED = r"""
 import signal, sys
@@ -44,7 +45,8 @@ def _configure(c) -> dict:
     # no collector runs here: the slurmctld epilog need not wait for node summaries
     cfg.setdefault("controller", {})["merge_wait_s"] = 1.0
     if RECORDINGS:
-        d["backend"] = f"replay:{RECORDINGS[0]}?loop=1"
+        # 4 GPUs (the node's gres) at 5x speed: a sweep every 0.2 s
+        d["backend"] = f"replay:{RECORDINGS[0]}?loop=1&gpus=4&speed=5"
     c.write_gpuperf_config(cfg)
     return cfg
 
@@ -107,6 +109,7 @@ def test_prolog_registers_and_epilog_finalises(daemon_cluster):
     assert a["job_id"] == job and a["partial"] is False and a["gaps"] == []
     # about 3 s of the job at 0.2 s per sweep
     assert all(g["samples"] >= 5 for g in a["gpus"].values())
+    assert all(g["metrics"]["power_w"]["mean"] > 0 and g["metrics"]["mem_used_mib"]["max"] > 0 for g in a["gpus"].values())
     assert 2.5 <= a["end"] - a["start"] <= 30
     assert a["host"]["cpus_allocated"] is not None
 
@@ -137,3 +140,35 @@ def test_epilog_with_daemon_down_then_daemon_finalises(daemon_cluster):
     # the end is the epilog's time, not the daemon's late finalisation
     assert abs(a["end"] - epilog["started"]) < 5
     assert not list((Path(c.gpuperf_config()["general"]["state_dir"]) / "pending").glob(f"*-{job}.json"))
+
+
+def test_user_sees_only_own_jobs_in_top(daemon_cluster):
+    c = daemon_cluster
+    p = _start(c)
+    jobs = []
+    try:
+        mine = c.sbatch("sleep 30\n", "--gres=gpu:1", user=c.user)
+        root_job = c.sbatch("sleep 30\n", "--gres=gpu:1")
+        jobs = [mine, root_job]
+        end = time.time() + 20
+        while time.time() < end:
+            recs = [c.job_record(j, "prolog") for j in jobs]
+            if all(r and r.get("data", {}).get("register", {}).get("ok") for r in recs):
+                break
+            time.sleep(0.2)
+        time.sleep(0.5)
+        as_user = c.run("gpuperf", "top", "--json", user=c.user)
+        as_root = c.run("gpuperf", "top", "--json")
+    finally:
+        for j in jobs:
+            c.run("scancel", j)
+        for j in jobs:
+            c.wait(j)
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+    assert as_user.returncode == 0, as_user.stdout + as_user.stderr
+    user_view, root_view = json.loads(as_user.stdout), json.loads(as_root.stdout)
+    assert [j["job_id"] for j in user_view["jobs"]] == [mine]
+    assert sorted(j["job_id"] for j in root_view["jobs"]) == sorted(jobs)
+    my_gpus = user_view["jobs"][0]["gpus"]
+    assert [g["gpu"] for g in user_view["gpus"]] == my_gpus and len(root_view["gpus"]) == 4
