@@ -420,3 +420,55 @@ def test_check_command_exit_codes_and_lines(tmp_path: Path) -> None:
     assert out["gpus"] == [2, 3] and out["status"] == "fail"
     assert [r["code"] for r in out["results"] if r["status"] == "fail"] == ["pcie_downtrained"]
     assert _gpuperf("check", "--root", str(bad), "--gpus", "0,1").returncode == 0
+
+
+# --- the prolog's fast path through the node daemon ------------------------------------------------------
+
+class _IdleSampler:
+    """Two idle GPUs: the daemon needs a sampler; these tests are about its health answer."""
+
+    name = "idle"
+
+    def gpu_count(self) -> int:
+        return 2
+
+    def sample(self) -> list:
+        from gpuperf.samplers.base import GpuSample
+        return [GpuSample(gpu=i, t=time.time(), util_gpu_pct=0.0, power_w=60.0) for i in range(2)]
+
+    def read_energy(self) -> dict:
+        return {0: None, 1: None}
+
+    def close(self) -> None:
+        pass
+
+
+def test_prolog_uses_the_daemons_fresh_checks(tmp_path: Path) -> None:
+    import threading
+
+    from gpuperf.daemon.server import Daemon
+
+    root = derive(tmp_path, HGX, lambda s: gpu(4)(s)["row_remap"].update(failure=True))
+    cfg = cfg_with(drain=False)
+    cfg.data["general"].update(run_dir=str(tmp_path / "run"), state_dir=str(tmp_path / "state"), log_file="",
+                               node_root=str(root))
+    cfg.data["daemon"].update(socket_dir=str(tmp_path / "sock"), user_socket_dir=str(tmp_path / "usock"),
+                              metrics_port=0, interval_s=0.05)
+    d = Daemon(cfg, _IdleSampler(), node="n1", metrics=False, send_summaries=False)
+    th = threading.Thread(target=d.run, daemon=True)
+    th.start()
+    try:
+        assert d.ready.wait(10)
+        end = time.time() + 10
+        while d.health is None and time.time() < end:
+            time.sleep(0.05)
+        state = HookState()
+        health.step(JobContext(hook="prolog", job_id=7, uid=0, user="root", gpus=ALL8, node="n1"), cfg, state)
+    finally:
+        d.stop()
+        th.join(10)
+    h = state.data["health"]
+    assert h["source"] == "daemon" and h["status"] == "fail"
+    rr = next(r for r in h["results"] if r["code"] == "row_remap")
+    assert rr["status"] == "fail" and "GPU 4 (" in rr["detail"] and "row remapping failed" in rr["detail"]
+    assert h["action"] == "none (checks.drain is off)"
