@@ -496,13 +496,23 @@ def affinity_omp_marker(threads: str) -> str:
     return f"{threads} none"
 
 
-def user_set(environ: Mapping[str, str]) -> frozenset[str]:
-    """Variables of the classes gpuperf injects that the user set (not values gpuperf itself exported)."""
+def _marked(environ: Mapping[str, str]) -> dict[str, str]:
     ours: dict[str, str] = {}
     for item in (environ.get(MARKER) or "").split(","):
         name, _, crc = item.partition(":")
         if name and crc:
             ours[name] = crc
+    return ours
+
+
+def injected(environ: Mapping[str, str]) -> list[str]:
+    """Variables that still hold the value gpuperf exported (an earlier step's injection, inherited)."""
+    return [n for n, crc in _marked(environ).items() if n in environ and _crc(environ[n]) == crc]
+
+
+def user_set(environ: Mapping[str, str]) -> frozenset[str]:
+    """Variables of the classes gpuperf injects that the user set (not values gpuperf itself exported)."""
+    ours = _marked(environ)
     # the affinity plugin marks the OpenMP values it set as "<threads> <places>" in GPUPERF_OMP
     omp = (environ.get(AFFINITY_OMP_MARKER) or "").split(" ", 1)
     theirs = {"OMP_NUM_THREADS": omp[0], "OMP_PLACES": omp[1] if len(omp) > 1 else None}

@@ -99,7 +99,13 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     why = off_reason(ctx, cfg)
     cache = None if why or ctx.job_id is None else read_cache(cfg, ctx.job_id)
     if cache is None:
-        state.data["env"] = {"exported": [], "disabled": why or "no cached plan for this job"}
+        # off for this step (srun --gpuperf=off, GPUPERF=off exported later): take back what an
+        # earlier step injected and this one inherited; the user's own values are not ours to touch
+        undo = envpolicy.injected(os.environ) if why else []
+        if undo:
+            sys.stdout.write("".join(f"unset {n}\n" for n in undo + [envpolicy.MARKER]))
+            sys.stdout.flush()
+        state.data["env"] = {"exported": [], "unset": undo, "disabled": why or "no cached plan for this job"}
         return
     plan = task_plan(cache, cfg, os.environ, len(ctx.gpus) or 1)
     pairs = exports(plan)

@@ -76,6 +76,19 @@ def test_gpuperf_off_injects_nothing(slurm_cluster):
     assert seen["step2"] == {"OMP_NUM_THREADS": "3"}
 
 
+def test_step_opt_out_takes_back_the_batch_steps_injection(slurm_cluster):
+    c = slurm_cluster
+    script = f"""
+{SHOW.format(tag="batch")}
+GPUPERF=off srun -n1 --gres=gpu:1 sh -c "{_quoted(SHOW.format(tag="off"))}"
+"""
+    job = c.sbatch(script, "--gres=gpu:1", user=c.user)
+    assert c.wait(job) == "COMPLETED", c.logs()
+    seen = _seen(c.job_output(job))
+    assert seen["batch"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert seen.get("off", {}) == {}, seen  # inherited from the batch step, taken back by the step's TaskProlog
+
+
 BAD_POLICY = """
 [general]
 run_dir = "{run}"

@@ -341,6 +341,23 @@ def test_taskprolog_exports_nothing(case, tmp_path, capsys, monkeypatch):
     assert state.data["env"]["exported"] == []
 
 
+def test_step_turned_off_takes_back_only_inherited_injections(tmp_path, capsys, monkeypatch):
+    from gpuperf.hook import HookState
+
+    cfg = _Cfg(str(tmp_path))
+    for k in list(os.environ):
+        if k.startswith(("NCCL_", "OMP_", "CUDA_", "PYTORCH_", "GPUPERF")):
+            monkeypatch.delenv(k)
+    exported = [("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("OMP_NUM_THREADS", "8")]
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # changed by the batch script after injection: the user's
+    monkeypatch.setenv(ep.MARKER, ep.marker(exported))
+    state = HookState()
+    envtask.step(_ctx(hook="taskprolog", env_gpuperf="off"), cfg, state)
+    assert capsys.readouterr().out.splitlines() == ["unset CUDA_DEVICE_ORDER", f"unset {ep.MARKER}"]
+    assert state.data["env"]["unset"] == ["CUDA_DEVICE_ORDER"]
+
+
 def test_prolog_with_broken_config_caches_a_disabled_plan(tmp_path, capsys):
     from gpuperf.hook import HookState
 
