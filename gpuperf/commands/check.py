@@ -53,8 +53,8 @@ def _resume(cfg: Any, node: str, results: list[Any]) -> tuple[int, str]:
         return EXIT_CANNOT, f"resume: cannot read node state: {e}"
     ok, why = policy.resume_decision(state, reason, results)
     if not ok:
-        return (EXIT_OK if "not drained" in why or "another reason" in why else exit_code(results) or EXIT_UNHEALTHY,
-                f"resume: {node} not resumed: {why}")
+        # the exit code stays the health verdict: a healthy node that is not ours to resume is still healthy
+        return exit_code(results), f"resume: {node} not resumed: {why}"
     try:
         slurm.resume(node)
     except SlurmError as e:

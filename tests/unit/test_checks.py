@@ -472,3 +472,14 @@ def test_prolog_uses_the_daemons_fresh_checks(tmp_path: Path) -> None:
     rr = next(r for r in h["results"] if r["code"] == "row_remap")
     assert rr["status"] == "fail" and "GPU 4 (" in rr["detail"] and "row remapping failed" in rr["detail"]
     assert h["action"] == "none (checks.drain is off)"
+
+
+def test_deep_check_never_touches_a_recorded_node_and_reads_dcgmi_failures() -> None:
+    from gpuperf.checks.builtin import dcgm_diag
+
+    res = checks.run_deep(load_node(str(NODES / HGX)), config.defaults(), [])
+    assert [(r.code, r.status) for r in res] == [("dcgm_diag", "skip")]
+    assert "recorded node" in res[0].detail
+    table = ("| Diagnostic | Result |\n| Deployment | Pass |\n| Memory | Fail - GPU 3: DBE |\n"
+             "| PCIe | Warn - GPU 1 |\n")
+    assert dcgm_diag.failing_lines(table) == ["Memory Fail - GPU 3: DBE", "PCIe Warn - GPU 1"]

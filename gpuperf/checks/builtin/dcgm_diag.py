@@ -40,4 +40,5 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
         return CheckResult(CODE, "ok", "dcgmi diag -r 1 passed")
     if p.returncode != 0 and not bad:
         return CheckResult(CODE, "error", f"dcgmi diag exit {p.returncode}: {(p.stderr or p.stdout).strip()[-300:]}")
-    return CheckResult(CODE, "fail", "dcgmi diag -r 1: " + "; ".join(bad[:6]))
+    failed = any("fail" in l.lower() for l in bad)
+    return CheckResult(CODE, "fail" if failed else "warn", "dcgmi diag -r 1: " + "; ".join(bad[:6]))
