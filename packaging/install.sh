@@ -29,5 +29,6 @@ while [ "$d" != "/" ]; do
 done
 [ "$readable" = 1 ] && mode=(-e)
 "$prefix/venv/bin/pip" install -q --disable-pip-version-check "${mode[@]}" "$here$extras"
+bash "$here/packaging/build-spank.sh" || echo "gpuperf: SPANK plugin not built; gpuperf-run still pins" >&2
 chmod -R o+rX "$prefix"
 echo "gpuperf installed in $prefix/venv ($("$prefix/venv/bin/gpuperf" --version))"

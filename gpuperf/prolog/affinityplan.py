@@ -35,9 +35,9 @@ def load_topology(cfg: Config) -> dict[str, Any]:
     if path:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    from gpuperf.topology import load_node, node_root
+    from gpuperf.topology import load_node_once, node_root
 
-    return load_node(node_root(cfg), health=False).topology
+    return load_node_once(node_root(cfg), health=False).topology
 
 
 def cgroup_cpus(cgroup_root: str, uid: int | None, job_id: int) -> str | None:

@@ -66,6 +66,22 @@ def load_node(root: str | None = None, health: bool = True) -> Node:
     return Node(topology=topo, gpus=snap, root=root)
 
 
+_ONCE: dict[tuple[str | None, bool], Node] = {}
+
+
+def load_node_once(root: str | None = None, health: bool = True) -> Node:
+    """``load_node`` memoised for the life of a short process: one hook run reads the node once.
+
+    A read with health state also serves a later request without it. Long-running processes
+    (the daemon) must call ``load_node`` so they see the node change.
+    """
+    key = root or None
+    node = _ONCE.get((key, True)) or _ONCE.get((key, health))
+    if node is None:
+        node = _ONCE[(key, health)] = load_node(key, health=health)
+    return node
+
+
 def node_root(cfg: Any = None) -> str:
     """The configured node root: ``cfg.general.node_root`` (which already honours $GPUPERF_SYSFS_ROOT), else the env."""
     if cfg is not None:
