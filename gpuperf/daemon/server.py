@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
 import zmq
 
 from gpuperf import log
@@ -141,6 +142,7 @@ class Daemon:
         self.store.commit()
         self.resume()
         self.take_pending()
+        self.end_jobs_from_before_boot()
         self._bind()
         self._threads.append(threading.Thread(target=self._deliver_loop, name="deliver", daemon=True))
         if self.health_fn is not None:
@@ -440,7 +442,8 @@ class Daemon:
         max_age = req.job.get("max_age_s")
         if max_age is not None and age > max_age:
             return protocol.error(f"no health: cached result is {age:.0f} s old (max {max_age:.0f} s)")
-        return protocol.ok(t=h["t"], age_s=round(age, 3), results=h["results"])
+        # the cached run covers every GPU of the node (checked_gpus null), whatever the request names
+        return protocol.ok(t=h["t"], age_s=round(age, 3), results=h["results"], checked_gpus=None)
 
     # sampling -------------------------------------------------------------------------
     def sweep(self) -> None:
@@ -607,6 +610,22 @@ class Daemon:
         self.store.commit()  # type: ignore[union-attr]
         self.checkpoint()
         self.log.info("resumed %d running job(s): %s", len(self.running), ", ".join(map(str, sorted(self.running))))
+
+    def end_jobs_from_before_boot(self) -> None:
+        """A job registered before this boot cannot still run (its epilog never came): finalise it at
+        its last sample, partial, and deliver it."""
+        try:
+            boot = psutil.boot_time()
+        except (OSError, RuntimeError):
+            return
+        for jid in [j for j, rj in self.running.items() if rj.reg["start"] < boot]:
+            rj = self.running[jid]
+            end = rj.agg.last_t if rj.agg.last_t is not None else rj.reg["start"]
+            aggs = self.finalize(jid, min(end, boot), True)
+            if aggs is not None:
+                self.log.warning("job %s was registered before this boot: finalised at its last sample (partial)", jid)
+                ctx = {"job_id": jid, "user": rj.reg.get("user"), "uid": rj.reg.get("uid"), "node": rj.reg.get("node")}
+                self._deliveries.put((aggs, ctx))
 
     def take_pending(self) -> None:
         """Act on markers left by hooks that could not reach the daemon (partial flag set)."""

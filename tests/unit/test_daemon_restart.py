@@ -175,3 +175,27 @@ def test_term_checkpoints_and_restart_continues(base):
         p.wait(10)
     n, _ = _stored(base, 0, a["start"], a["end"])
     assert a["gpus"]["0"]["samples"] == n
+
+
+def test_job_from_before_boot_is_finalised_partial(base):
+    import psutil
+
+    cfg = _cfg(base)
+    p = _start(base)
+    try:
+        before_boot = psutil.boot_time() - 3600
+        assert client.call(cfg, "register", {"job_id": 500, "uid": 0, "gpus": [0], "start": before_boot})["ok"]
+        assert client.call(cfg, "register", {"job_id": 501, "uid": 0, "gpus": [1]})["ok"]
+        time.sleep(0.3)
+    finally:
+        _kill9(p)
+    p = _start(base)                     # as after a reboot: job 500's epilog can never come
+    try:
+        out = Path(cfg.general.run_dir) / "jobs" / "500" / "aggregates.json"
+        wait_for(out.exists, timeout=10)
+        a = json.loads(out.read_text())
+        assert a["partial"] is True and a["end"] <= psutil.boot_time()
+        assert [j["job_id"] for j in client.call(cfg, "live")["jobs"]] == [501]
+    finally:
+        p.terminate()
+        p.wait(10)
