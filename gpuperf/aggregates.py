@@ -260,6 +260,7 @@ class HostAggregate:
     rss_peak_mib: float | None = None
     net_start: dict[str, list[float]] = field(default_factory=dict)  # nic -> [rx_bytes, tx_bytes]
     net_last: dict[str, list[float]] = field(default_factory=dict)
+    iowait_known: bool = True        # False where the kernel keeps no delay accounting
 
     def update_procs(self, procs: dict[str, tuple[float, float]], rss_mib: float | None) -> None:
         """Fold a scan of the job's live processes: key -> cumulative (cpu_s, iowait_s); RSS summed."""
@@ -291,22 +292,23 @@ class HostAggregate:
 
     def to_dict(self, wall_s: float | None) -> dict[str, Any]:
         """Contract form. iowait_pct: share of (CPU + I/O wait) time spent waiting for block I/O."""
-        busy = self.cpu_time_s + self.iowait_s
+        io = self.iowait_s if self.iowait_known else None
+        busy = self.cpu_time_s + (io or 0.0)
         net = {}
         for nic, (rx, tx) in self.net_last.items():
             rx0, tx0 = self.net_start.get(nic, (rx, tx))
             # a counter that went backwards (reset) gives None, never a negative number
             net[nic] = {"rx_bytes": rx - rx0 if rx >= rx0 else None, "tx_bytes": tx - tx0 if tx >= tx0 else None}
         return {"cpu_time_s": self.cpu_time_s, "cpus_allocated": self.cpus_allocated, "wall_s": wall_s,
-                "rss_peak_mib": self.rss_peak_mib, "iowait_s": self.iowait_s,
-                "iowait_pct": 100.0 * self.iowait_s / busy if busy > 0 else None,
+                "rss_peak_mib": self.rss_peak_mib, "iowait_s": io,
+                "iowait_pct": 100.0 * io / busy if io is not None and busy > 0 else None,
                 "net_bytes": net}
 
     def to_state(self) -> dict[str, Any]:
         """Full state as plain data."""
         return {"cpus_allocated": self.cpus_allocated, "exited_cpu_s": self.exited_cpu_s,
                 "exited_iowait_s": self.exited_iowait_s, "live": self.live, "rss_peak_mib": self.rss_peak_mib,
-                "net_start": self.net_start, "net_last": self.net_last}
+                "net_start": self.net_start, "net_last": self.net_last, "iowait_known": self.iowait_known}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> "HostAggregate":
@@ -314,7 +316,8 @@ class HostAggregate:
         return cls(cpus_allocated=d["cpus_allocated"], exited_cpu_s=float(d["exited_cpu_s"]),
                    exited_iowait_s=float(d["exited_iowait_s"]), live={k: list(v) for k, v in d["live"].items()},
                    rss_peak_mib=d["rss_peak_mib"], net_start={k: list(v) for k, v in d["net_start"].items()},
-                   net_last={k: list(v) for k, v in d["net_last"].items()})
+                   net_last={k: list(v) for k, v in d["net_last"].items()},
+                   iowait_known=bool(d.get("iowait_known", True)))
 
 
 @dataclass

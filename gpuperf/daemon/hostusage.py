@@ -96,6 +96,15 @@ def scan_jobs(attr: Attributor, jobs: set[int], skip: set[int] | None = None) ->
     return out
 
 
+def delay_accounting(proc_root: str = "/proc") -> bool:
+    """Whether the kernel accounts block-I/O delay per task (kernel.task_delayacct; always on before 5.14)."""
+    try:
+        with open(os.path.join(proc_root, "sys", "kernel", "task_delayacct")) as f:
+            return f.read().strip() != "0"
+    except OSError:
+        return True
+
+
 def net_counters(sys_root: str = "/sys") -> dict[str, tuple[float, float]]:
     """Node byte counters: NICs (psutil) and IB ports (sysfs, 4-byte units): name -> (rx_bytes, tx_bytes)."""
     out: dict[str, tuple[float, float]] = {}

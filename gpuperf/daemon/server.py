@@ -556,8 +556,10 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - host figures are a bonus; sampling goes on
             self.log.warning("host scan failed: %s: %s", type(e).__name__, e)
             return
+        io_known = hostusage.delay_accounting(self.attr.proc_root)
         for jid, rj in self.running.items():
             u = usage.get(jid)
+            rj.agg.host.iowait_known = rj.agg.host.iowait_known and io_known
             if u is not None and u.procs:
                 rj.agg.host.update_procs(u.procs, u.rss_mib)
             rj.agg.host.update_net(net)

@@ -190,3 +190,11 @@ def test_state_round_trip_resumes_exactly():
 def test_from_state_rejects_other_schema():
     with pytest.raises(ValueError):
         JobAggregates.from_state({"schema": "something.else"})
+
+
+def test_iowait_unknown_without_delay_accounting():
+    h = HostAggregate()
+    h.update_procs({"1:1": (4.0, 0.0)}, 1.0)
+    h.iowait_known = False
+    d = HostAggregate.from_state(h.to_state()).to_dict(1.0)
+    assert d["iowait_s"] is None and d["iowait_pct"] is None and d["cpu_time_s"] == 4.0

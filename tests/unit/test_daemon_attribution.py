@@ -153,3 +153,13 @@ def test_net_counters_from_sysfs_fixture(tmp_path):
     (c / "port_rcv_data").write_text("250\n")
     (c / "port_xmit_data").write_text("100\n")
     assert hostusage.net_counters(str(tmp_path)) == {"eth0": (1000.0, 2000.0), "mlx5_0:1": (1000.0, 400.0)}
+
+
+def test_delay_accounting_switch(tmp_path):
+    assert hostusage.delay_accounting(str(tmp_path)) is True          # older kernels: always on
+    k = tmp_path / "sys" / "kernel"
+    k.mkdir(parents=True)
+    (k / "task_delayacct").write_text("0\n")
+    assert hostusage.delay_accounting(str(tmp_path)) is False
+    (k / "task_delayacct").write_text("1\n")
+    assert hostusage.delay_accounting(str(tmp_path)) is True
