@@ -113,3 +113,26 @@ def test_a_check_that_raises_drains_nothing(gpuperf_config_reset, tmp_path):
     assert res["nvlink_down"]["status"] == "error" and "check raised AttributeError" in res["nvlink_down"]["detail"]
     assert res["ecc_uncorrectable"]["status"] == "error" and "GPU 1 (" in res["ecc_uncorrectable"]["detail"]
     assert res["pcie_downtrained"]["status"] == "ok"
+
+
+def test_safety_bound_keeps_a_bad_node_in_service_when_gpuperf_drained_too_many(slurm_cluster2, tmp_path):
+    c = slurm_cluster2
+    n1, n2 = c.node_names
+    bad = _derived(tmp_path, lambda s: s["gpus"][0]["ecc"].update(volatile_uncorrected=3))
+    c.run("scontrol", "update", f"NodeName={n2}", "State=DRAIN", "Reason=gpuperf: xid_fatal: earlier", check=True)
+    try:
+        cfg = c.gpuperf_config()
+        cfg.setdefault("general", {})["node_root"] = str(bad)
+        cfg.setdefault("checks", {})["max_drained_share"] = 0.4  # 1 of 2 nodes (50%) is already over it
+        cfg.setdefault("controller", {})["merge_wait_s"] = 1.0
+        c.write_gpuperf_config(cfg)
+        job = c.sbatch("echo bound\n", "--gres=gpu:1", "--job-name=chk-bound")
+        assert c.wait(job, ("COMPLETED", "FAILED", "CANCELLED", "REQUEUED"), timeout=60) == "COMPLETED", c.logs()
+        assert "drain" not in c.node_states()[n1]
+        health = c.wait_record(job, "prolog", node=n1)["data"]["health"]
+        assert health["status"] == "fail" and health["reason"].startswith("gpuperf: ecc_uncorrectable: GPU 0 (")
+        assert health["action"] == ("none (safety bound: 1 of 2 nodes drained by gpuperf (50%, "
+                                    "bound checks.max_drained_share=40%))")
+    finally:
+        c.reset_gpuperf_config()
+        c.resume_all()
