@@ -225,7 +225,8 @@ def estimates(gpus: list[dict]) -> dict[str, Any]:
         elif len(names) > 1:
             out["note"] = "mixed GPU models"
         else:
-            out["note"] = f"GPU model {names[0] or 'unknown'} not in gpuperf's table"
+            out["note"] = (f"GPU model {names[0]} not in gpuperf's table" if names[0]
+                           else "GPU model not reported by the sampler")
         return out
     tensor, dram = _wmean(gpus, "tensor_active_pct"), _wmean(gpus, "dram_active_pct")
     fp32 = _wmean(gpus, "fp32_active_pct")

@@ -32,6 +32,7 @@ CREATE INDEX IF NOT EXISTS jobs_energy ON jobs (energy_j);
 CREATE INDEX IF NOT EXISTS jobs_gpu_hours ON jobs (gpu_hours);
 """
 
+SCHEMA_VERSION = 2
 SORTS = {"waste": "wasted_gpu_hours", "energy": "energy_j", "gpu-hours": "gpu_hours", "end": "end"}
 
 
@@ -65,7 +66,19 @@ class ClusterStore:
         self.db = sqlite3.connect(self.path, timeout=10)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
         self.db.executescript(_SCHEMA)
+        self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _migrate(self) -> None:
+        """Stores of the first layout (summaries inside ``jobs``): move them to ``job_summaries``."""
+        cols = [r[1] for r in self.db.execute("PRAGMA table_info(jobs)")]
+        if "summary" not in cols:
+            return
+        with self.db:
+            self.db.execute("CREATE TABLE IF NOT EXISTS job_summaries (job_id INTEGER PRIMARY KEY, summary BLOB NOT NULL)")
+            self.db.execute("INSERT OR REPLACE INTO job_summaries SELECT job_id, summary FROM jobs")
+            self.db.execute("ALTER TABLE jobs DROP COLUMN summary")
 
     def close(self) -> None:
         """Close the database."""

@@ -170,3 +170,54 @@ def test_silent_node_makes_it_partial_within_the_bound_and_forged_summary_is_rej
     assert admincomment.decode_headline(_admin_comment(c, job))["partial"] == "1"
     with clusterstore.ClusterStore(c.gpuperf_config()["controller"]["store"]) as st:
         assert list(st.node_summaries(job)) == [n1]
+
+
+def test_end_to_end_with_the_node_daemon(slurm_cluster):
+    """The node daemon (replaying a real recording) finalises the job, its epilog sends the node summary,
+    the EpilogSlurmctld writes it: sacct ends up with exactly what the node computed. Live report too."""
+    if not RECORDINGS:
+        pytest.skip("no recording in tests/data/recordings for the daemon to replay")
+    from gpuperf import config
+    from gpuperf.daemon import client
+
+    c = slurm_cluster
+    node = c.node_names[0]
+    cfg = c.gpuperf_config()
+    matmul = next((p for p in RECORDINGS if p.name.startswith("matmul")), RECORDINGS[0])
+    cfg.setdefault("daemon", {}).update(backend=f"replay:{matmul}?loop=1", interval_s=0.2, metrics_port=0,
+                                        request_timeout_s=1.0, user_socket_dir=str(c.dir / "run" / "daemon-user"))
+    c.write_gpuperf_config(cfg)
+    daemon = subprocess.Popen(["/opt/gpuperf/venv/bin/gpuperf", "daemon", "--foreground"], env=c.env,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        loaded = config.load(str(c.gpuperf_config_path))
+        end = time.time() + 20
+        while True:
+            assert daemon.poll() is None, f"daemon exited: {daemon.stderr.read()[-2000:]}"
+            try:
+                if client.call(loaded, "ping", timeout_s=0.5)["ok"]:
+                    break
+            except client.DaemonUnavailable:
+                assert time.time() < end, "daemon did not answer"
+                time.sleep(0.1)
+        with _collector(c):
+            job = c.sbatch("sleep 4\n", "--gres=gpu:2")
+            _wait_running(c, job)
+            time.sleep(1.5)
+            live = c.run("gpuperf", "report", job, "--json")
+            assert live.returncode == 0, live.stderr
+            live_s = json.loads(live.stdout)
+            assert live_s["live"] is True and live_s["job_id"] == job and live_s["job"]["gpu_count"] == 2
+            assert c.wait(job) == "COMPLETED"
+            rec = c.wait_record(job, "epilog-slurmctld", timeout=60)
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+        c.reset_gpuperf_config()
+    node_s = json.loads((c.run_dir / "jobs" / str(job) / "node_summary.json").read_text())
+    assert rec["data"]["merge"]["reported"] == [node] and not rec["data"]["merge"]["partial"]
+    decoded = admincomment.decode(_admin_comment(c, job))
+    assert decoded == summary.merge([node_s], [node])
+    assert decoded["quality"]["samples"] > 0 and decoded["job"]["gpu_count"] == 2
+    # what the env and affinity prolog steps left in the job's dir travelled with it
+    assert node in decoded["env"] and node in decoded["affinity"]

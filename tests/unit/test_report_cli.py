@@ -105,3 +105,22 @@ def test_users_read_only_their_own_jobs(site):
     assert other.returncode == 1 and "not yours" in other.stderr
     listing = _run(env, "jobs", "--user", "alice", user=TEST_USER)
     assert listing.returncode == 1 and "only admins" in listing.stderr
+
+
+def test_a_store_of_the_first_layout_is_migrated(tmp_path):
+    import sqlite3
+    import zlib
+
+    s = summary.node_summary(aggregates(job_id=5), context(job_id=5))
+    db = sqlite3.connect(tmp_path / "old.sqlite")
+    db.execute("CREATE TABLE jobs (job_id INTEGER PRIMARY KEY, user TEXT, uid INTEGER, start REAL, end REAL, nodes TEXT,"
+               " gpus INTEGER, gpu_hours REAL, wasted_gpu_hours REAL, energy_j REAL, class TEXT, imbalanced INTEGER,"
+               " partial INTEGER, stored REAL NOT NULL, summary BLOB NOT NULL)")
+    db.execute("INSERT INTO jobs VALUES (5,'alice',1000,0,10,'n1',8,1.0,0.5,1.0,'compute_bound',0,0,0,?)",
+               (zlib.compress(json.dumps(s).encode()),))
+    db.commit()
+    db.close()
+    with clusterstore.ClusterStore(tmp_path / "old.sqlite") as st:
+        assert st.job(5) == s and [r["job_id"] for r in st.jobs()] == [5]
+        st.put_job(summary.node_summary(aggregates(job_id=6), context(job_id=6)))
+        assert {r["job_id"] for r in st.jobs()} == {5, 6}
