@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 try:
-    from cluster.slurmcluster import ClusterError, SlurmCluster, can_run
+    from cluster.slurmcluster import ClusterError, SlurmCluster, can_run, can_run_multi
 except ImportError:  # tests/ became a package
-    from tests.cluster.slurmcluster import ClusterError, SlurmCluster, can_run
+    from tests.cluster.slurmcluster import ClusterError, SlurmCluster, can_run, can_run_multi
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,7 +39,7 @@ def _others_holding(cluster: SlurmCluster) -> bool:
 
 
 def _session_cluster(name: str, nodes: int):
-    why = can_run()
+    why = can_run() if nodes == 1 else can_run_multi()
     if why:
         pytest.skip(why)
     cluster = SlurmCluster(name, nodes=nodes)

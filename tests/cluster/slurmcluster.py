@@ -60,6 +60,24 @@ def can_run() -> str | None:
     return None
 
 
+def can_run_multi() -> str | None:
+    """Why this machine cannot run a multi-node instance (network namespaces), or None when it can."""
+    why = can_run()
+    if why:
+        return why
+    probe = f"gpuperf-probe-{os.getpid()}"
+    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"cannot create network namespaces (ip netns add: {p.stderr.strip()})"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
+
+
+def _cgroup_v1() -> bool:
+    """cgroup v1 controllers are mounted (this VM: hybrid); Slurm's cgroup plugins work there."""
+    return all(Path(f"/sys/fs/cgroup/{c}/cgroup.procs").exists() for c in ("freezer", "devices", "cpuset"))
+
+
 @contextlib.contextmanager
 def _locked(path: Path):
     """Serialise machine-wide setup (apt, useradd, munged) between instances starting together."""
@@ -161,7 +179,7 @@ class SlurmCluster:
         if node_root is None:
             node_root = str(DEFAULT_NODE_ROOT) if DEFAULT_NODE_ROOT.is_dir() else ""
         self.layout = sc.make_layout(name, socket.gethostname().split(".")[0], nodes=nodes, gpus=gpus, cpus=cpus,
-                                     node_root=node_root, extra_conf=extra_conf)
+                                     node_root=node_root, extra_conf=extra_conf, cgroup_v1=_cgroup_v1())
         self.name = name
         self.dir = self.layout.dir
         self.user = TEST_USER

@@ -115,8 +115,12 @@ def check_name(name: str) -> str:
 
 
 def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: int = 16, mem_mb: int = 16000,
-                node_root: str = "", extra_conf: str = "", root: Path = ROOT) -> Layout:
-    """The layout of instance ``name`` (pure: same name, same ports and paths)."""
+                node_root: str = "", extra_conf: str = "", root: Path = ROOT, cgroup_v1: bool = True) -> Layout:
+    """The layout of instance ``name`` (pure: same name, same ports and paths).
+
+    ``cgroup_v1``: the machine mounts cgroup v1 controllers (Slurm's cgroup plugins are used on a
+    single node only then; cgroup v2 without systemd is not set up here).
+    """
     check_name(name)
     if not 1 <= nodes <= 8:
         raise ValueError(f"nodes must be 1..8, got {nodes}")
@@ -144,7 +148,7 @@ def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: i
         ctld_addr=f"{subnet}.1" if multi else "127.0.0.1",
         ctld_port=base, slurmd_port=base + 1, dbd_port=base + 2, metrics_port=base + 3, collector_port=base + 4,
         first_job_id=1000 + (h % 9000) * 1000,
-        nodes=tuple(node_list), gpus=gpus, cpus=cpus, mem_mb=mem_mb, cgroup=not multi,
+        nodes=tuple(node_list), gpus=gpus, cpus=cpus, mem_mb=mem_mb, cgroup=cgroup_v1 and not multi,
         subnet=subnet, bridge=f"gpbr{h % 100000:05d}" if multi else None,
         node_root=node_root, extra_conf=extra_conf,
     )

@@ -56,6 +56,8 @@ def test_single_node_uses_cgroups_on_loopback_and_multi_node_does_not():
     for i, n in enumerate(two_l.nodes, 2):
         assert f"NodeName={n.name} NodeAddr={two_l.subnet}.{i} " in two
     assert f"SlurmctldHost=h({two_l.subnet}.1)" in two
+    # no cgroup v1 controllers (a cgroup v2 container without systemd): no cgroup plugins either
+    assert "cgroup" not in sc.slurm_conf(sc.make_layout("a", "h", cgroup_v1=False))
 
 
 def test_gres_conf_names_each_nodes_devices():
