@@ -80,28 +80,40 @@ def act_on_failure(node: str | None, job_id: int | None, failing: list[base.Chec
         rec["action"] = f"none (safety bound: {bound.describe()})"
         logger.error("job %s: NOT draining %s although unhealthy: %s; %s", job_id, node, reason, bound.describe())
         return
-    state, current = nodes.get(node, ("", ""))
-    if policy.is_drained(state) and current and not current.startswith(policy.PREFIX):
-        rec["drain"] = f"already drained by someone else, reason kept: {current}"
-    else:
-        try:
-            slurm.drain(node, reason)
-            rec["drain"] = "drained"
-        except SlurmError as e:
-            # the non-zero exit below still makes Slurm drain it ("Prolog error")
-            rec["drain"] = f"failed: {e}"
-            logger.error("job %s: cannot drain %s: %s", job_id, node, e)
+    rec["drain"] = _drain(slurm, node, nodes.get(node, ("", "")), reason)
     if job_id is not None:
-        try:
-            slurm.requeue(job_id)
-            rec["requeue"] = "requeued"
-        except SlurmError as e:
-            # --no-requeue jobs: Slurm cancels them on the non-zero exit; others it requeues held
-            rec["requeue"] = f"failed, Slurm decides: {e}"
-        else:
+        rec["requeue"] = _requeue(slurm, job_id)
+        if rec["requeue"] == "requeued":
             rec["eligible_now"] = _spawn_eligible_now(job_id)
-    rec["action"] = "drained, job requeued" if rec.get("requeue") == "requeued" else "drained"
+    rec["action"] = f"{rec['drain']}, job {rec.get('requeue', 'not requeued (no job id)')}"
     raise HookVerdict(EXIT_UNHEALTHY, reason)
+
+
+def _drain(slurm: Any, node: str, current: tuple[str, str], reason: str) -> str:
+    """Drain with gpuperf's reason, unless someone else drained the node first (their reason stays)."""
+    from gpuperf.slurm import SlurmError
+
+    state, other = current
+    if policy.is_drained(state) and other and not other.startswith(policy.PREFIX):
+        return f"already drained, reason kept ({other})"
+    try:
+        slurm.drain(node, reason)
+    except SlurmError as e:
+        # the non-zero exit still makes Slurm drain it, with its own reason "Prolog error"
+        log.get("checks").error("cannot drain %s: %s", node, e)
+        return f"drain failed ({e})"
+    return "drained"
+
+
+def _requeue(slurm: Any, job_id: int) -> str:
+    """Requeue without a hold; when Slurm refuses (--no-requeue), the non-zero exit lets Slurm cancel or hold it."""
+    from gpuperf.slurm import SlurmError
+
+    try:
+        slurm.requeue(job_id)
+    except SlurmError as e:
+        return f"not requeued, Slurm decides ({e})"
+    return "requeued"
 
 
 def _spawn_eligible_now(job_id: int) -> str:
