@@ -155,7 +155,7 @@ def _summary_html(s: dict) -> str:
     d, job, q = s.get("diagnosis") or {}, s.get("job") or {}, s.get("quality") or {}
     parts = [f"<h1>gpuperf report: job {_e(s.get('job_id'))}</h1>",
              f"<div class='sub'>user {_e(s.get('user') or '?')} · nodes {_e(', '.join(s.get('nodes') or []))} · "
-             f"{_e(job.get('gpu_count', 0))} GPU(s) · wall {_e(terminal._dur(s.get('wall_s')))} · "
+             f"{_e(job.get('gpu_count', 0))} GPU(s) · wall {_e(terminal.fmt_duration(s.get('wall_s')))} · "
              f"{_n(job.get('gpu_hours'), 2)} GPU-hours, {_n(job.get('wasted_gpu_hours'), 2)} wasted · "
              f"{_n(job.get('energy_kwh'), 3)} kWh</div>"]
     if q.get("partial"):

@@ -39,7 +39,8 @@ def _bytes(n: float | None) -> str:
     return f"{n:.1f} EB"
 
 
-def _dur(s: float | None) -> str:
+def fmt_duration(s: float | None) -> str:
+    """Seconds as [Nd ]HH:MM:SS (n/a for None)."""
     if s is None:
         return "n/a"
     s = int(s)
@@ -60,7 +61,7 @@ def _header(s: dict) -> Text:
     t.append(f"Job {s.get('job_id')}", style="bold")
     t.append(f"  user {s.get('user') or '?'}  nodes {','.join(s.get('nodes') or []) or '?'}"
              f"  {job.get('gpu_count', 0)} GPU(s) {', '.join(names)}\n")
-    t.append(f"{_when(s.get('start'))} → {_when(s.get('end'))}  wall {_dur(s.get('wall_s'))}"
+    t.append(f"{_when(s.get('start'))} → {_when(s.get('end'))}  wall {fmt_duration(s.get('wall_s'))}"
              f"  GPU-hours {job.get('gpu_hours', 0):.2f}  wasted {job.get('wasted_gpu_hours', 0):.2f}")
     if s.get("live"):
         t.append("  [running: live from the node daemon]", style="cyan")

@@ -126,6 +126,17 @@ def test_admin_comment_in_sacct_decodes_to_the_summary(slurm_cluster):
     assert other.returncode == 1 and "not yours" in other.stderr
 
 
+def test_job_without_gpus_is_not_waited_for(slurm_cluster):
+    c = slurm_cluster
+    with _collector(c):
+        job = c.sbatch("true\n")
+        assert c.wait(job) == "COMPLETED"
+        rec = c.wait_record(job, "epilog-slurmctld", timeout=30)
+    assert rec["data"]["merge"] == {"skipped": "job allocated no GPUs"}
+    assert rec["steps"]["merge"]["ms"] < 5000
+    assert _admin_comment(c, job) == ""
+
+
 def test_two_node_job_gets_one_merged_summary(slurm_cluster2):
     c = slurm_cluster2
     n1, n2 = c.node_names
