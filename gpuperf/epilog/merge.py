@@ -75,8 +75,9 @@ def finish(cfg, store: clusterstore.ClusterStore, job_id: int, expected: list[st
     parts = store.node_summaries(job_id)
     merged = summary_mod.merge(list(parts.values()), expected, thresholds=cfg.report.thresholds)
     merged["job_id"] = job_id
+    # slurmctld's word on the owner wins over the nodes' (reports are shown to this uid only)
     for k in ("user", "uid"):
-        if merged.get(k) is None and ident.get(k) is not None:
+        if ident.get(k) is not None:
             merged[k] = ident[k]
     if late:
         merged["quality"]["remerged"] = True
