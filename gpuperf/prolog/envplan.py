@@ -8,6 +8,7 @@ config, ``--gpuperf=off``) the cache says why and holds no variables, so the Tas
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -145,3 +146,47 @@ def _give_to_user(path: Path, uid: int | None, mode: int) -> None:
         os.chmod(path, mode)
     except OSError as e:
         log.get("env").warning("cannot give %s to uid %s: %s", path, uid, e.strerror)
+
+
+def _read_user_json(path: Path) -> Any | None:
+    # env/ belongs to the job's user: never follow a link planted there into a file root may read
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd) as f:
+            return json.loads(f.read(65536))
+    except (OSError, ValueError):
+        return None
+
+
+def report(job_dir: str | Path) -> dict[str, Any] | None:
+    """For the job's report: the plan (env.json) with per-task values filled in from what the steps exported.
+
+    ``{"vars": [{"name", "value", "reason", "rule"}], "skipped", "notes", "disabled",
+    "steps": {step: {"exported": [[n, v]], "user_kept": [...], "user_forced": {n: v}}}}``; None without a plan.
+    """
+    d = Path(job_dir)
+    plan = jobstate.read_json(d / envtask.CACHE)
+    if not isinstance(plan, dict):
+        return None
+    steps: dict[str, Any] = {}
+    task_dir = d / envtask.TASK_DIR
+    for p in sorted(task_dir.glob("step-*.json")) if task_dir.is_dir() else []:
+        rec = _read_user_json(p)
+        if isinstance(rec, dict):
+            steps[str(rec.get("step") or p.stem[5:])] = {k: rec.get(k) for k in ("exported", "user_kept", "user_forced")}
+    seen: dict[str, str] = {}
+    for rec in steps.values():
+        for pair in rec.get("exported") or []:
+            if isinstance(pair, list) and len(pair) == 2:
+                seen.setdefault(str(pair[0]), str(pair[1]))
+    out_vars = []
+    for v in plan.get("vars") or []:
+        if not isinstance(v, dict) or "name" not in v:
+            continue
+        value = v.get("value") if not v.get("per_task") else seen.get(v["name"], "(per task)")
+        out_vars.append({"name": v["name"], "value": value, "reason": v.get("reason"), "rule": v.get("rule")})
+    return {"vars": out_vars, "skipped": plan.get("skipped") or [], "notes": plan.get("notes") or [],
+            "disabled": plan.get("disabled"), "steps": steps}

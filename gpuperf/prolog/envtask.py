@@ -129,7 +129,8 @@ def _record_step(cfg: Any, ctx: Any, record: dict[str, Any]) -> None:
     if os.path.exists(path):
         return
     # forced variables the user set (NCCL_ALGO=Tree, ...) are what a report most needs to mention
-    forced = {n: os.environ[n] for n in envpolicy.user_set(os.environ) if n in envpolicy.FORCE_REQUIRED}
+    forced = {n: os.environ[n] for n in envpolicy.user_set(os.environ)
+              if n in envpolicy.FORCE_REQUIRED and n != "CUDA_VISIBLE_DEVICES"}  # Slurm sets that one
     rec = dict(record, step=step_id, user_forced=forced)
     try:
         jobstate.write_json(path, rec, mode=0o600)

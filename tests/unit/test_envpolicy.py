@@ -434,3 +434,27 @@ def test_gpuperf_env_bad_policy_is_one_line_and_exit_2(capsys, monkeypatch, tmp_
                             '[env]\n[[env.rules]]\nname = "p2p"\nset = { NCCL_P2P_LEVEL = "NVL" }\n')
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "'p2p'" in err and "force = true" in err
+
+
+def test_report_fills_per_task_values_and_ignores_planted_links(tmp_path, capsys, monkeypatch):
+    from gpuperf.hook import HookState
+
+    cfg = _Cfg(str(tmp_path))
+    monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())
+    envplan.step(_ctx(nodelist="gpu01"), cfg, HookState())
+    for k in list(os.environ):
+        if k.startswith(("NCCL_", "OMP_", "CUDA_", "PYTORCH_", "GPUPERF")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("NCCL_ALGO", "Tree")  # the user's forced choice: kept, and named in the report
+    envtask.step(_ctx(hook="taskprolog", step_id="batch"), cfg, HookState())
+    capsys.readouterr()
+    job_dir = tmp_path / "jobs" / "42"
+    (job_dir / "env" / "step-9.json").symlink_to(job_dir / "env.json")
+    rep = envplan.report(job_dir)
+    vars_ = {v["name"]: v for v in rep["vars"]}
+    assert vars_["OMP_NUM_THREADS"]["value"] == "4" and vars_["OMP_NUM_THREADS"]["reason"]
+    assert list(rep["steps"]) == ["batch"]
+    assert rep["steps"]["batch"]["user_forced"] == {"NCCL_ALGO": "Tree"}
+    assert envplan.report(tmp_path / "jobs" / "43") is None
