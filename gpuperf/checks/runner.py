@@ -134,7 +134,7 @@ def prepare(node: Any, cfg: Any, kmsg: str = xid.KMSG) -> tuple[dict[str, Any], 
     return snap, dataclasses.replace(env, pci_gpus=pci_gpus), hist
 
 
-def run_fast(node: Any, cfg: Any, gpus: list[int]) -> list[CheckResult]:
+def run_fast(node: Any, cfg: Any, gpus: list[int], kmsg: str = xid.KMSG) -> list[CheckResult]:
     """The fast checks for ``gpus`` (all GPUs when empty) on a node read by ``gpuperf.topology.load_node``.
 
     Live nodes also get kernel-log XIDs and the per-GPU history (read, then moved forward for
@@ -142,7 +142,7 @@ def run_fast(node: Any, cfg: Any, gpus: list[int]) -> list[CheckResult]:
     """
     from gpuperf.checks import registry
 
-    snap, env, hist = prepare(node, cfg)
+    snap, env, hist = prepare(node, cfg, kmsg)
     results = run_checks(enabled(registry(), cfg, "fast"), node.topology, snap, gpus, cfg, env, float(cfg.checks.timeout_s))
     if env.live:
         try:

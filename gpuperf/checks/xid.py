@@ -63,9 +63,11 @@ def read_kmsg(path: str = KMSG) -> list[XidEvent]:
                 raise
             if not data:
                 break
-            ev = parse_kmsg_record(data.decode("utf-8", "replace"), boot_wall)
-            if ev is not None:
-                events.append(ev)
+            # /dev/kmsg returns one record per read; a saved copy (tests) many, one per line
+            for line in data.decode("utf-8", "replace").splitlines():
+                ev = parse_kmsg_record(line, boot_wall)
+                if ev is not None:
+                    events.append(ev)
     finally:
         os.close(fd)
     return events

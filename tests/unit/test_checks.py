@@ -483,3 +483,27 @@ def test_deep_check_never_touches_a_recorded_node_and_reads_dcgmi_failures() -> 
     table = ("| Diagnostic | Result |\n| Deployment | Pass |\n| Memory | Fail - GPU 3: DBE |\n"
              "| PCIe | Warn - GPU 1 |\n")
     assert dcgm_diag.failing_lines(table) == ["Memory Fail - GPU 3: DBE", "PCIe Warn - GPU 1"]
+
+
+def test_live_path_reads_kernel_log_xids_and_keeps_them_until_clean(tmp_path: Path) -> None:
+    from gpuperf.topology import Node
+
+    recorded = load_node(str(NODES / HGX))
+    live = Node(topology=recorded.topology, gpus=recorded.gpus, root=None)  # judged as the live node
+    bus3 = recorded.gpus["gpus"][3]["bus_id"]
+    usec = int((time.clock_gettime(time.CLOCK_MONOTONIC) - 60) * 1e6)  # a minute ago
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(f"6,100,{usec - 5},-;NVRM: loading NVIDIA UNIX driver\n"
+                    f"3,101,{usec},-;NVRM: Xid (PCI:{bus3.rsplit('.', 1)[0]}): 79, pid=77, GPU has fallen off the bus.\n"
+                    " SUBSYSTEM=pci\n")
+    cfg = config.defaults()
+    cfg.data["general"]["state_dir"] = str(tmp_path / "state")
+    for _ in range(2):  # the second run still sees it: GPU 3 never had a clean check since
+        r = {x.code: x for x in checks.run_fast(live, cfg, ALL8, kmsg=str(kmsg))}["xid_fatal"]
+        assert r.status == "fail" and f"GPU 3 ({bus3}): XID 79 at" in r.detail
+        assert f"source: kernel log {kmsg}" in r.detail
+    since = history.load(str(tmp_path / "state"))["gpus"]
+    assert bus3 not in since or "xid_clean_t" not in since[bus3]
+    assert "xid_clean_t" in since[recorded.gpus["gpus"][0]["bus_id"]]
+    missing = {x.code: x for x in checks.run_fast(live, cfg, ALL8, kmsg=str(tmp_path / "absent"))}["xid_fatal"]
+    assert missing.status == "skip" and "cannot read" in missing.detail
