@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import pwd
@@ -28,147 +27,21 @@ from typing import Any, Iterable, Sequence
 
 try:
     from . import slurmconf as sc
+    from .host import (MARKER, SBIN, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1, ensure_munge,
+                       ensure_packages, ensure_user, locked, marked, owned, read_pid, sh, terminate, timed, wait_for,
+                       write_file)
 except ImportError:  # run as a script: python tests/cluster/slurmcluster.py
     import slurmconf as sc  # type: ignore[no-redef]
+    from host import (MARKER, SBIN, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1,  # type: ignore
+                      ensure_munge, ensure_packages, ensure_user, locked, marked, owned, read_pid, sh, terminate,
+                      timed, wait_for, write_file)
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server")
-TEST_USER = "gpuperf-user"
+__all__ = ["ClusterError", "SlurmCluster", "TERMINAL", "can_run", "can_run_multi"]
 SLURM_BIN = Path("/usr/bin")
-SBIN = Path("/usr/sbin")
-GLOBAL_LOCK = Path("/tmp/gpuperf-slurm-setup.lock")
-MARKER = "GPUPERF_TEST_CLUSTER_DIR"  # in every daemon's environment: whose it is
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED", "REQUEUED")
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_NODE_ROOT = REPO / "tests" / "data" / "nodes" / "pcie-l40s-2s"
-
-
-class ClusterError(RuntimeError):
-    """The test cluster could not be set up or used; the message says which step."""
-
-
-def can_run() -> str | None:
-    """Why this machine cannot host the test cluster, or None when it can."""
-    if os.geteuid() != 0:
-        return "the Slurm test cluster needs root"
-    try:
-        osr = Path("/etc/os-release").read_text()
-    except OSError:
-        return "no /etc/os-release: not Debian"
-    if "ID=debian" not in osr:
-        return "the Slurm test cluster needs Debian (bookworm packages)"
-    return None
-
-
-def can_run_multi() -> str | None:
-    """Why this machine cannot run a multi-node instance (network namespaces), or None when it can."""
-    why = can_run()
-    if why:
-        return why
-    probe = f"gpuperf-probe-{os.getpid()}"
-    p = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if p.returncode != 0:
-        return f"cannot create network namespaces (ip netns add: {p.stderr.strip()})"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
-def _cgroup_v1() -> bool:
-    """cgroup v1 controllers are mounted (this VM: hybrid); Slurm's cgroup plugins work there."""
-    return all(Path(f"/sys/fs/cgroup/{c}/cgroup.procs").exists() for c in ("freezer", "devices", "cpuset"))
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """Serialise machine-wide setup (apt, useradd, munged) between instances starting together."""
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _sh(argv: Sequence[str], check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run(list(map(str, argv)), capture_output=True, text=True, timeout=timeout, **kw)
-    if check and p.returncode != 0:
-        raise ClusterError(f"{' '.join(map(str, argv))} exited {p.returncode}: {(p.stderr or p.stdout).strip()[-2000:]}")
-    return p
-
-
-def ensure_packages() -> bool:
-    """Install the Debian packages that are missing; True when something was installed."""
-    with _locked(GLOBAL_LOCK):
-        missing = [p for p in PACKAGES if "install ok installed" not in
-                   _sh(["dpkg-query", "-W", "-f=${Status}", p], check=False).stdout]
-        if not missing:
-            return False
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        _sh(["apt-get", "update", "-q"], timeout=600, env=env)
-        _sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], timeout=900, env=env)
-        return True
-
-
-def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
-    """The non-root job user (uid >= 1000), created when missing."""
-    with _locked(GLOBAL_LOCK):
-        try:
-            return pwd.getpwnam(name)
-        except KeyError:
-            _sh(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", "-K", "UID_MIN=1000", name])
-            return pwd.getpwnam(name)
-
-
-def ensure_munge() -> None:
-    """One munged for every instance (the key is the machine's); started when not answering."""
-    with _locked(GLOBAL_LOCK):
-        if _munge_ok():
-            return
-        run = Path("/run/munge")
-        run.mkdir(parents=True, exist_ok=True)
-        mu = pwd.getpwnam("munge")
-        os.chown(run, mu.pw_uid, mu.pw_gid)
-        run.chmod(0o755)
-        _sh(["runuser", "-u", "munge", "--", SBIN / "munged"])
-        _wait(_munge_ok, 10, "munged to answer")
-
-
-def _munge_ok() -> bool:
-    try:
-        enc = subprocess.run(["/usr/bin/munge", "-n"], capture_output=True, timeout=5)
-        if enc.returncode != 0:
-            return False
-        return subprocess.run(["/usr/bin/unmunge"], input=enc.stdout, capture_output=True, timeout=5).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def _wait(pred, timeout: float, what: str, interval: float = 0.1) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(interval)
-    raise ClusterError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _owned(pid: int, marker: str) -> bool:
-    """The process is alive and was started by this instance (its environment carries the marker)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except (OSError, IndexError):
-        return False
-    return f"{MARKER}={marker}".encode() in env
 
 
 class SlurmCluster:
@@ -179,7 +52,7 @@ class SlurmCluster:
         if node_root is None:
             node_root = str(DEFAULT_NODE_ROOT) if DEFAULT_NODE_ROOT.is_dir() else ""
         self.layout = sc.make_layout(name, socket.gethostname().split(".")[0], nodes=nodes, gpus=gpus, cpus=cpus,
-                                     node_root=node_root, extra_conf=extra_conf, cgroup_v1=_cgroup_v1())
+                                     node_root=node_root, extra_conf=extra_conf, cgroup_v1=cgroup_v1())
         self.name = name
         self.dir = self.layout.dir
         self.user = TEST_USER
@@ -238,22 +111,47 @@ class SlurmCluster:
         """Each daemon of this instance and its pid when running (None: not running)."""
         out = {}
         for name, pf in self._pidfiles().items():
-            pid = _read_pid(pf)
-            out[name] = pid if pid and _owned(pid, str(self.dir)) else None
+            pid = read_pid(pf)
+            out[name] = pid if pid and owned(pid, str(self.dir)) else None
         return out
 
     # ---- up -------------------------------------------------------------------------------------
 
     def up(self, timeout: float = 60) -> dict[str, float]:
-        """Start every daemon not running yet and wait for idle nodes; returns seconds per phase."""
+        """Start every daemon not running yet and wait for idle nodes; returns seconds per phase.
+
+        Daemons running with an older configuration (ports, nodes) are stopped and started again.
+        """
         why = can_run()
         if why:
             raise ClusterError(why)
+        with locked(self._lock_path()):
+            return self._up(timeout)
+
+    def _lock_path(self) -> Path:
+        # beside the directory: it exists before the directory does and survives a purge
+        return self.dir.with_name(self.dir.name + ".lock")
+
+    def _stale(self) -> bool:
+        """Daemons run, but from files that no longer say what this object would write."""
+        l = self.layout
+        for path, text in ((l.slurm_conf, sc.slurm_conf(l)), (l.dir / "gres.conf", sc.gres_conf(l)),
+                           (l.dir / "slurmdbd.conf", sc.slurmdbd_conf(l))):
+            try:
+                if path.read_text() != text:
+                    return True
+            except OSError:
+                return True
+        return False
+
+    def _up(self, timeout: float) -> dict[str, float]:
         t = self.timings = {}
         t0 = time.monotonic()
-        t["install_s"] = _timed(ensure_packages)
+        t["install_s"] = timed(ensure_packages)
         ensure_user()
         ensure_munge()
+        if any(self.daemons().values()) and self._stale():
+            self._down(purge=False, timeout=15)
         self._write_files()
         self._network_up()
         t["files_s"] = time.monotonic() - t0
@@ -274,9 +172,9 @@ class SlurmCluster:
                 if n.netns:
                     argv = ["/usr/bin/nsenter", f"--net=/run/netns/{n.netns}", *argv]
                 self._start(argv, f"slurmd-{n.name}")
-        _wait(self._ctld_up, timeout, "slurmctld to answer (log/slurmctld.log)")
+        wait_for(self._ctld_up, timeout, "slurmctld to answer (log/slurmctld.log)")
         self.resume_all()
-        _wait(self._nodes_idle, timeout, f"nodes {','.join(self.node_names)} idle (log/slurmd-*.log)", 0.2)
+        wait_for(self._nodes_idle, timeout, f"nodes {','.join(self.node_names)} idle (log/slurmd-*.log)", 0.2)
         t["slurm_s"] = time.monotonic() - t2
         t["up_s"] = time.monotonic() - t0
         return dict(t)
@@ -296,14 +194,14 @@ class SlurmCluster:
                 if not dev.is_char_device():
                     dev.unlink(missing_ok=True)
                     os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))
-        _write(l.slurm_conf, sc.slurm_conf(l))
-        _write(l.dir / "gres.conf", sc.gres_conf(l))
-        _write(l.dir / "cgroup.conf", sc.cgroup_conf(l))
-        _write(l.dir / "slurmdbd.conf", sc.slurmdbd_conf(l), 0o600)
+        write_file(l.slurm_conf, sc.slurm_conf(l))
+        write_file(l.dir / "gres.conf", sc.gres_conf(l))
+        write_file(l.dir / "cgroup.conf", sc.cgroup_conf(l))
+        write_file(l.dir / "slurmdbd.conf", sc.slurmdbd_conf(l), 0o600)
         if not (l.dir / "plugstack.conf").exists():
-            _write(l.dir / "plugstack.conf", "# SPANK plugins of this test cluster\n")
+            write_file(l.dir / "plugstack.conf", "# SPANK plugins of this test cluster\n")
         for hook in sc.HOOKS:
-            _write(l.hook_dir / hook, sc.hook_script(l, hook), 0o755)
+            write_file(l.hook_dir / hook, sc.hook_script(l, hook), 0o755)
         if l.gpuperf_conf.exists():
             self.write_gpuperf_config(l.gpuperf_conf.read_text())  # refreshes the nodes' copies
         else:
@@ -312,7 +210,7 @@ class SlurmCluster:
         if not log.exists():
             log.touch()
         log.chmod(0o666)  # the TaskProlog logs as the job user
-        _write(l.dir / "instance.json", json.dumps({
+        write_file(l.dir / "instance.json", json.dumps({
             "nodes": len(l.nodes), "gpus": l.gpus, "node_root": l.node_root, "cpus": l.cpus,
             "extra_conf": l.extra_conf}))
 
@@ -322,8 +220,8 @@ class SlurmCluster:
         pf.unlink(missing_ok=True)
         if not argv[0].startswith("/"):
             argv = [str(SBIN / argv[0]), *argv[1:]]
-        _sh(argv, env=self._daemon_env(), timeout=60)
-        _wait(lambda: (pid := _read_pid(pf)) is not None and _owned(pid, str(self.dir)), 20,
+        sh(argv, env=self._daemon_env(), timeout=60)
+        wait_for(lambda: (pid := read_pid(pf)) is not None and owned(pid, str(self.dir)), 20,
               f"{name} to write {pf} (log/{name}.log)")
 
     def _start_mariadb(self) -> None:
@@ -333,7 +231,7 @@ class SlurmCluster:
             d.mkdir(parents=True, exist_ok=True)
             os.chown(d, my.pw_uid, my.pw_gid)
         if not (l.db_dir / "mysql").is_dir():
-            _sh(["/usr/bin/mariadb-install-db", "--no-defaults", f"--datadir={l.db_dir}", "--user=mysql",
+            sh(["/usr/bin/mariadb-install-db", "--no-defaults", f"--datadir={l.db_dir}", "--user=mysql",
                  "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=120)
         (l.db_run / "mariadbd.pid").unlink(missing_ok=True)
         log = open(l.log_dir / "mariadb.log", "ab")
@@ -344,7 +242,7 @@ class SlurmCluster:
                         "--performance-schema=OFF", "--skip-name-resolve"],
                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self._daemon_env(), check=True)
         log.close()
-        _wait(self._db_ok, 60, "MariaDB to answer on its socket (log/mariadb.log)", 0.2)
+        wait_for(self._db_ok, 60, "MariaDB to answer on its socket (log/mariadb.log)", 0.2)
 
     def _db_ok(self) -> bool:
         p = subprocess.run(["/usr/bin/mariadb", f"--socket={self.layout.db_socket}", "-N", "-e", "select 1"],
@@ -353,7 +251,7 @@ class SlurmCluster:
 
     def _start_slurmdbd(self) -> None:
         self._start(["slurmdbd"], "slurmdbd")
-        _wait(lambda: self.run("sacctmgr", "-n", "-P", "show", "cluster", timeout=10).returncode == 0, 30,
+        wait_for(lambda: self.run("sacctmgr", "-n", "-P", "show", "cluster", timeout=10).returncode == 0, 30,
               "slurmdbd to answer (log/slurmdbd.log)", 0.2)
 
     def _ensure_accounts(self) -> None:
@@ -383,20 +281,20 @@ class SlurmCluster:
         l = self.layout
         if not l.subnet:
             return
-        if _sh(["ip", "link", "show", l.bridge], check=False).returncode != 0:
-            _sh(["ip", "link", "add", l.bridge, "type", "bridge"])
-            _sh(["ip", "addr", "add", f"{l.ctld_addr}/24", "dev", l.bridge])
-        _sh(["ip", "link", "set", l.bridge, "up"])
+        if sh(["ip", "link", "show", l.bridge], check=False).returncode != 0:
+            sh(["ip", "link", "add", l.bridge, "type", "bridge"])
+            sh(["ip", "addr", "add", f"{l.ctld_addr}/24", "dev", l.bridge])
+        sh(["ip", "link", "set", l.bridge, "up"])
         for i, n in enumerate(l.nodes, 1):
             if not Path(f"/run/netns/{n.netns}").exists():
-                _sh(["ip", "netns", "add", n.netns])
+                sh(["ip", "netns", "add", n.netns])
             host_if = f"{l.bridge.replace('gpbr', 'gpv')}{i}"
-            if _sh(["ip", "link", "show", host_if], check=False).returncode != 0:
-                _sh(["ip", "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", n.netns])
-                _sh(["ip", "-n", n.netns, "addr", "add", f"{n.addr}/24", "dev", "eth0"])
-            _sh(["ip", "link", "set", host_if, "master", l.bridge, "up"])
-            _sh(["ip", "-n", n.netns, "link", "set", "eth0", "up"])
-            _sh(["ip", "-n", n.netns, "link", "set", "lo", "up"])
+            if sh(["ip", "link", "show", host_if], check=False).returncode != 0:
+                sh(["ip", "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", n.netns])
+                sh(["ip", "-n", n.netns, "addr", "add", f"{n.addr}/24", "dev", "eth0"])
+            sh(["ip", "link", "set", host_if, "master", l.bridge, "up"])
+            sh(["ip", "-n", n.netns, "link", "set", "eth0", "up"])
+            sh(["ip", "-n", n.netns, "link", "set", "lo", "up"])
 
     def _network_down(self) -> None:
         l = self.layout
@@ -404,15 +302,19 @@ class SlurmCluster:
             return
         for i, n in enumerate(l.nodes, 1):
             # a process left in the namespace keeps it (and the veth pair) alive: delete the pair first
-            _sh(["ip", "link", "del", f"{l.bridge.replace('gpbr', 'gpv')}{i}"], check=False)
+            sh(["ip", "link", "del", f"{l.bridge.replace('gpbr', 'gpv')}{i}"], check=False)
             if Path(f"/run/netns/{n.netns}").exists():
-                _sh(["ip", "netns", "del", n.netns], check=False)
-        _sh(["ip", "link", "del", l.bridge], check=False)
+                sh(["ip", "netns", "del", n.netns], check=False)
+        sh(["ip", "link", "del", l.bridge], check=False)
 
     # ---- down ---------------------------------------------------------------------------------------
 
     def down(self, purge: bool = False, timeout: float = 15) -> float:
         """Cancel jobs and stop this instance's daemons (never anyone else's); returns seconds taken."""
+        with locked(self._lock_path()):
+            return self._down(purge, timeout)
+
+    def _down(self, purge: bool, timeout: float) -> float:
         t0 = time.monotonic()
         running = self.daemons()
         if running.get("slurmctld"):
@@ -421,17 +323,17 @@ class SlurmCluster:
                 self.run("scancel", *jobs, timeout=10)
                 # let the epilogs run: a slurmd stopped mid-cancel leaves its slurmstepd behind
                 with contextlib.suppress(ClusterError):
-                    _wait(lambda: not self.run("squeue", "-h", "-o", "%A", timeout=10).stdout.split(), timeout,
+                    wait_for(lambda: not self.run("squeue", "-h", "-o", "%A", timeout=10).stdout.split(), timeout,
                           "cancelled jobs to leave", 0.2)
         # slurmctld and slurmd first: slurmctld's last messages to slurmdbd can still land
         first = [p for k, p in running.items() if p and (k == "slurmctld" or k.startswith("slurmd-"))]
-        _terminate(first, str(self.dir), timeout)
-        _terminate([p for k, p in running.items() if p and k in ("slurmdbd", "mariadbd")], str(self.dir), timeout)
+        terminate(first, str(self.dir), timeout)
+        terminate([p for k, p in running.items() if p and k in ("slurmdbd", "mariadbd")], str(self.dir), timeout)
         # what is left with our marker is a slurmstepd of ours (it ignores SIGTERM)
-        _terminate(_marked(str(self.dir)), str(self.dir), 0, sig=signal.SIGKILL)
+        terminate(marked(str(self.dir)), str(self.dir), 0, sig=signal.SIGKILL)
         self._network_down()
         if purge and self.dir.is_dir():
-            _sh(["rm", "-rf", "--one-file-system", str(self.dir)], check=False)
+            sh(["rm", "-rf", "--one-file-system", str(self.dir)], check=False)
         self.timings["down_s"] = time.monotonic() - t0
         return self.timings["down_s"]
 
@@ -605,7 +507,7 @@ class SlurmCluster:
         socket_dir end in ``/<node>`` (re-rendered TOML; TOML that does not parse is copied as is).
         """
         text = config if isinstance(config, str) else sc.to_toml(config)
-        _write(self.layout.gpuperf_conf, text)
+        write_file(self.layout.gpuperf_conf, text)
         if len(self.node_names) == 1:
             return
         try:
@@ -615,7 +517,7 @@ class SlurmCluster:
         for node in self.node_names:
             path = sc.node_gpuperf_conf(self.layout, node)
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write(path, text if data is None else sc.to_toml(sc.for_node(data, node)))
+            write_file(path, text if data is None else sc.to_toml(sc.for_node(data, node)))
 
     def reset_gpuperf_config(self) -> None:
         """Back to the instance's default gpuperf config (every path inside the instance dir)."""
@@ -664,39 +566,6 @@ def _parse_kv(text: str) -> dict[str, str]:
         if sep:
             out.setdefault(k, v)
     return out
-
-
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-
-
-def _timed(fn) -> float:
-    t0 = time.monotonic()
-    fn()
-    return time.monotonic() - t0
-
-
-def _marked(marker: str) -> list[int]:
-    """Every live process started by the instance whose marker this is (daemons and their slurmstepd)."""
-    return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and _owned(int(d.name), marker)]
-
-
-def _terminate(pids: list[int], marker: str, timeout: float, sig: int = signal.SIGTERM) -> None:
-    """Signal these processes (ours only), wait, then SIGKILL what is left."""
-    pids = [p for p in pids if _owned(p, marker)]
-    for p in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, sig)
-    end = time.monotonic() + timeout
-    while pids and time.monotonic() < end:
-        pids = [p for p in pids if _owned(p, marker)]
-        time.sleep(0.05)
-    for p in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:
