@@ -53,7 +53,7 @@ class CheckEnv:
     xid_since: dict[str, float] = field(default_factory=dict)
     nvlink_baseline: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     xid_source: str = "gpus.json xid_events"
-    xid_error: str | None = None  # why XIDs could not be read (the check is then skipped)
+    xid_error: str | None = None  # why XIDs could not be read (the check is then an error)
     pci_gpus: tuple[str, ...] | None = None  # bus ids of GPUs bound to the nvidia driver in sysfs
 
 

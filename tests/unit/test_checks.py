@@ -506,4 +506,4 @@ def test_live_path_reads_kernel_log_xids_and_keeps_them_until_clean(tmp_path: Pa
     assert bus3 not in since or "xid_clean_t" not in since[bus3]
     assert "xid_clean_t" in since[recorded.gpus["gpus"][0]["bus_id"]]
     missing = {x.code: x for x in checks.run_fast(live, cfg, ALL8, kmsg=str(tmp_path / "absent"))}["xid_fatal"]
-    assert missing.status == "skip" and "cannot read" in missing.detail
+    assert missing.status == "error" and "cannot read" in missing.detail

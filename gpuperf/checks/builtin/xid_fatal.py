@@ -29,7 +29,7 @@ def window_start(env: CheckEnv, bus_id: str, window_s: float) -> tuple[float | N
 def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: Any, env: CheckEnv = CheckEnv()) -> CheckResult:
     """Fails on any XID in ``checks.xid_fatal`` newer than the window start of that GPU."""
     if env.xid_error:
-        return CheckResult(CODE, "skip", f"XIDs unknown: {env.xid_error}")
+        return CheckResult(CODE, "error", f"XIDs unknown: {env.xid_error}")
     fatal = set(cfg.checks.xid_fatal)
     window_s = float(cfg.checks.xid_window_s)
 
