@@ -4,8 +4,12 @@ GPUPERF=off, and a bad admin policy that must cost nothing but the injection."""
 from __future__ import annotations
 
 import pwd
+import shutil
+from pathlib import Path
 
 import pytest
+
+from gpuperf import config
 
 pytestmark = pytest.mark.slurm
 
@@ -123,6 +127,7 @@ def test_bad_policy_is_one_clear_error_and_exports_nothing(gpuperf_config_reset)
     except OSError:
         pass
     assert "guide-tree" in logs
+    shutil.rmtree(Path(config.defaults().general.run_dir) / "jobs" / str(job), ignore_errors=True)
 
 
 def test_two_node_job_gets_the_network_variables_on_every_node(slurm_cluster2):
