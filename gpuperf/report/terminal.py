@@ -131,8 +131,9 @@ def _totals(s: dict) -> Table:
     t.add_row("Throttling", ", ".join(f"{k} {v:.0f} s" for k, v in thr.items() if v) or "none")
     t.add_row("Idle", f"{job.get('idle_s') or 0:.0f} GPU-s without a kernel ({_pct(job.get('idle_pct'))})")
     for node, h in (s.get("hosts") or {}).items():
+        rss = "n/a" if h.get("rss_peak_mib") is None else f"{h['rss_peak_mib']:.0f} MiB"
         t.add_row(f"Host {node}", f"CPU efficiency {_pct(h.get('cpu_efficiency_pct'))} of {h.get('cpus_allocated') or '?'} CPUs, "
-                                  f"RSS peak {h.get('rss_peak_mib') or 0:.0f} MiB, I/O wait {_pct(h.get('iowait_pct'))}")
+                                  f"RSS peak {rss}, I/O wait {_pct(h.get('iowait_pct'))}")
     e = s.get("estimates") or {}
     if e.get("model"):
         line = (f"{e['model']}: ≤ {e.get('tflops_upper_per_gpu') or 0:.0f} TFLOP/s per GPU of {e['peak_tensor_tflops']:.0f} dense peak, "
