@@ -272,6 +272,10 @@ def _ib(topo: dict[str, Any], shape: JobShape, plan: EnvPlan) -> list[dict[str, 
     rule = "default:ib_hca"
     nics = [n for n in topo.get("nics") or [] if n.get("kind") in ("ib", "roce") and _active(n) and n.get("name")]
     if not nics:
+        down = [n.get("name") for n in topo.get("nics") or [] if n.get("kind") in ("ib", "roce")]
+        if down:
+            plan.notes.append(f"InfiniBand/RoCE port(s) {', '.join(map(str, down))} present but none ACTIVE: NCCL "
+                              "falls back to TCP sockets between nodes, far slower")
         if any(n.get("kind") == "efa" for n in topo.get("nics") or []):
             plan.notes.append("EFA NICs: NCCL reaches them through the aws-ofi-nccl plugin; gpuperf sets no "
                               "network variables for them")

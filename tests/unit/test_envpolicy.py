@@ -119,6 +119,16 @@ def test_acs_and_pcie_only_are_notes_not_variables():
     assert not [v for v in plan.vars if v.name.startswith("NCCL_P2P")]
 
 
+def test_ib_ports_all_down_is_a_note_not_a_variable():
+    topo = hgx()
+    for n in topo["nics"]:
+        if n["name"].startswith("mlx5"):
+            n["state"] = "DOWN"
+    plan = ep.plan(topo, MULTI)
+    assert plan.get("NCCL_IB_HCA") is None and plan.get("NCCL_NET_GDR_LEVEL") is None
+    assert any("none ACTIVE" in n and "mlx5_0" in n for n in plan.notes)
+
+
 def test_no_gpus_no_injection():
     plan = ep.plan(hgx(), JobShape(gpus=(), nodes=2))
     assert plan.vars == [] and "no GPU" in plan.disabled
