@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar
 
 from gpuperf import log
 from gpuperf.checks import history, xid
-from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec, registered
+from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ import pytest
 
 from gpuperf import checks, config
 from gpuperf.checks import base, history, policy, runner, xid
-from gpuperf.hook import HookState, HookVerdict
+from gpuperf.hook import HookState
 from gpuperf.jobctx import JobContext
 from gpuperf.prolog import health
 from gpuperf.topology import load_node
