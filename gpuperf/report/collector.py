@@ -3,7 +3,8 @@
 ``serve(cfg)`` binds a ROUTER socket on ``controller.bind:controller.port`` and keeps every
 authenticated node summary in the cluster store, where ``gpuperf-epilog-slurmctld`` picks them up.
 A summary arriving after its job was merged as partial is merged again. Run it on the
-controller: ``python3 -m gpuperf.report.collector`` (as root or SlurmUser).
+controller: ``python3 -m gpuperf.report.collector`` (as root or SlurmUser); ``add_arguments``/``run``
+let ``gpuperf collector`` register it as a subcommand.
 """
 
 from __future__ import annotations
@@ -99,9 +100,22 @@ def serve(cfg, stop: threading.Event | None = None, on_ready: Callable[[str], No
         store.close()
 
 
+def add_arguments(p) -> None:
+    """Arguments of ``gpuperf collector`` (none: everything is in ``[controller]``)."""
+
+
+def run(args=None) -> int:
+    """``gpuperf collector``: the same as main()."""
+    return main()
+
+
 def main() -> int:
     """Entry point: run the collector with the node's config until SIGTERM/SIGINT."""
-    cfg = config_mod.load()
+    try:
+        cfg = config_mod.load()
+    except config_mod.ConfigError as e:
+        print(f"gpuperf collector: {e}", file=sys.stderr)
+        return 2
     log.setup("collector", cfg.general.log_file, cfg.general.log_level, stderr=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
