@@ -194,6 +194,9 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
     d = Diagnosis(cls=cls, evidence=evidence)
     d.imbalanced, imb = _imbalance(summary, th)
     d.evidence += imb
+    bursts = _bursts(series, th) if series else None
+    if bursts:
+        d.evidence.append(bursts)
     gap = (s.util - s.sm) if s.util is not None and s.sm is not None else None
     if gap is not None and s.util >= 90 and s.sm < 50:
         d.notes.append(f"NVML utilization {_pct(s.util)} but SM active {_pct(s.sm)}: 'utilization' only says a "
@@ -261,6 +264,19 @@ def _classify(s: _Signals, th: dict[str, float]) -> tuple[str, list[str]]:
                                 f"({spu:.2f} of the GPU filled while a kernel runs)"]
     # 7. nothing dominant: SMs busy without tensor or DRAM pressure, the math runs on CUDA cores
     return "compute_bound", [f"SM active {_pct(s.sm)}, tensor {_pct(s.tensor)}, DRAM {_pct(s.dram)}: no pipe dominant"]
+
+
+def _bursts(series: dict, th: dict[str, float]) -> str | None:
+    """'Works in bursts' evidence from the per-GPU series: samples with no kernel and samples nearly all busy."""
+    utils = [v for ser in series.values() for v in (ser.get("util_gpu_pct") or []) if v is not None]
+    if len(utils) < 10:
+        return None
+    idle = sum(1 for v in utils if v < th["idle_util_pct"]) / len(utils)
+    busy = sum(1 for v in utils if v >= 80.0) / len(utils)
+    # both states common: the GPU runs flat out, then waits (input pipeline, synchronisation, checkpoints)
+    if idle >= 0.15 and busy >= 0.15:
+        return (f"the GPU works in bursts: no kernel in {idle:.0%} of the samples, over 80% busy in {busy:.0%}")
+    return None
 
 
 def _host_evidence(s: _Signals) -> list[str]:

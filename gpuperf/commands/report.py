@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuperf import admincomment, config as config_mod, jobstate, summary as summary_mod
+from gpuperf import admincomment, config as config_mod, diagnosis, jobstate, summary as summary_mod
 from gpuperf.report import clusterstore
 from gpuperf.slurm import Slurm, SlurmError
 
@@ -151,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
 
         # the node's daemon keeps series of its own GPUs for a while, whatever source had the summary
         series = _series(cfg, args.job_id, cfg.report.html_max_points)
+        if series:
+            # the series add evidence (bursts) the summary alone cannot show
+            s = dict(s, diagnosis=diagnosis.diagnose(s, series, cfg.report.thresholds).to_dict())
         page = html.render(s, series, cfg.report.html_max_points)
         try:
             with open(args.html, "w", encoding="utf-8") as f:

@@ -23,12 +23,14 @@ def _labelled() -> list[Path]:
 @pytest.mark.parametrize("path", _labelled() or [pytest.param(None, marks=pytest.mark.skip(
     reason="no labelled recordings in tests/data/recordings yet"))], ids=lambda p: p.name if p else "none")
 def test_every_labelled_recording_gets_its_class(path):
-    aggs, _ = fromrecording.replay_job(str(path), job_id=7, node="rec")
+    aggs, series = fromrecording.replay_job(str(path), job_id=7, node="rec", with_series=True)
     s = summary.node_summary(aggs, {"job_id": 7, "node": "rec"})
     want = EXPECTED[fromrecording.workload(str(path))]
     got = s["diagnosis"]
     assert got["class"] == want, f"{path.name}: {got['class']} (evidence: {got['evidence']}; job: {s['job']})"
     assert 1 <= len(got["recommendations"]) <= 3 and got["evidence"]
+    # the series only add evidence, never change the class
+    assert diagnosis.diagnose(s, series=series).cls == want
 
 
 def test_all_six_workloads_are_recorded():
@@ -160,3 +162,13 @@ def test_without_profiling_metrics_the_class_comes_from_utilization_and_says_so(
         del a["gpus"]["0"]["metrics"][k]
     d = summary.node_summary(a, context())["diagnosis"]
     assert d["class"] == "idle" and any("utilization only" in n for n in d["notes"])
+
+
+def test_series_show_a_bursty_gpu_as_evidence():
+    s = summary.node_summary(aggregates(ngpus=1, util_gpu_pct=45.0, sm_active_pct=40.0, tensor_active_pct=30.0,
+                                        nvlink_tx_bps=0.0, nvlink_rx_bps=0.0), context())
+    bursty = {"0": {"t": list(range(40)), "util_gpu_pct": [0.0, 0.0, 99.0, 95.0] * 10}}
+    steady = {"0": {"t": list(range(40)), "util_gpu_pct": [45.0] * 40}}
+    ev = diagnosis.diagnose(s, series=bursty).evidence
+    assert any("bursts" in e and "50%" in e for e in ev)
+    assert not any("bursts" in e for e in diagnosis.diagnose(s, series=steady).evidence)
