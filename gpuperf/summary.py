@@ -299,9 +299,18 @@ def read_job_files(job_dir: str | Path | None) -> tuple[dict | None, dict | None
 
 
 def node_summary(aggregates: dict, context: dict) -> dict:
-    """One node's summary from its aggregates; context: job_id, user, uid, node, job_dir, env, affinity, thresholds."""
+    """One node's summary from its aggregates.
+
+    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, thresholds, and
+    gpu_names ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name.
+    """
     node = str(context.get("node") or aggregates.get("node") or "")
     gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]
+    names = context.get("gpu_names") or {}
+    for g in gpus:
+        # the model from the node's topology where the sampler did not name it
+        if not g["name"] and names.get(str(g["gpu"])):
+            g["name"] = names[str(g["gpu"])]
     env, affinity = read_job_files(context.get("job_dir"))
     env = context.get("env", env)
     affinity = context.get("affinity", affinity)

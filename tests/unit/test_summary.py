@@ -126,3 +126,13 @@ def test_merge_with_a_missing_node_is_partial_and_names_it():
     assert any("n2" in r for r in m["quality"]["reasons"])
     nothing = summary.merge([], ["n1"])
     assert nothing["quality"]["partial"] and nothing["job"]["gpu_count"] == 0
+
+
+def test_gpu_names_from_the_context_fill_what_the_sampler_left_out():
+    a = aggregates(ngpus=2)
+    a["gpus"]["0"]["name"] = None
+    a["gpus"]["1"]["name"] = None
+    s = summary.node_summary(a, context(gpu_names={"0": "NVIDIA H200", "1": "NVIDIA H200"}))
+    assert [g["name"] for g in s["gpus"]] == ["NVIDIA H200"] * 2 and s["estimates"]["model"] == "H200 SXM"
+    bare = summary.node_summary(a, context())
+    assert bare["estimates"]["model"] is None and "not reported" in bare["estimates"]["note"]
