@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DEFAULT_PATH = "/etc/gpuperf/config.toml"
 ENV_VAR = "GPUPERF_CONFIG"
@@ -30,17 +32,19 @@ class ConfigError(Exception):
         super().__init__(f"config error in {where}:{what} {message}")
 
 
-@dataclass(frozen=True)
 class Key:
     """One config key: its Python type, default, a help line and an optional validator."""
 
-    type: type | tuple[type, ...]
-    default: Any
-    help: str = ""
-    choices: tuple[Any, ...] | None = None
-    # validate(value) -> None, raises ValueError with a message naming what is wrong
-    validate: Callable[[Any], None] | None = None
-    item_type: type | tuple[type, ...] | None = None  # for lists
+    __slots__ = ("type", "default", "help", "choices", "validate", "item_type")
+
+    def __init__(self, type: type | tuple[type, ...], default: Any, help: str = "",
+                 choices: tuple[Any, ...] | None = None,
+                 validate: Callable[[Any], None] | None = None,
+                 item_type: type | tuple[type, ...] | None = None) -> None:
+        self.type, self.default, self.help, self.choices = type, default, help, choices
+        # validate(value) -> None, raises ValueError with a message naming what is wrong
+        self.validate = validate
+        self.item_type = item_type  # for lists
 
 
 def _positive(v: float) -> None:
@@ -154,16 +158,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
 }
 
 
-@dataclass
 class Config:
     """Validated configuration: ``cfg.section.key`` attribute access; ``source`` says where it came from."""
 
-    data: dict[str, dict[str, Any]]
-    source: str = "<defaults>"
-    # set when the file was broken and defaults are used: destructive actions (drain) stay off
-    degraded: bool = False
-    error: str | None = None
-    _ns: dict[str, SimpleNamespace] = field(default_factory=dict, repr=False)
+    def __init__(self, data: dict[str, dict[str, Any]], source: str = "<defaults>") -> None:
+        self.data = data
+        self.source = source
+        # set when the file was broken and defaults are used: destructive actions (drain) stay off
+        self.degraded = False
+        self.error: str | None = None
+        self._ns: dict[str, SimpleNamespace] = {}
 
     def __getattr__(self, name: str) -> SimpleNamespace:
         data = self.__dict__.get("data")

@@ -13,8 +13,10 @@ import importlib
 import os
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 from gpuperf import config as config_mod
 from gpuperf import jobctx, jobstate, log
@@ -28,16 +30,18 @@ class HookVerdict(Exception):
         self.exit_code, self.reason = exit_code, reason
 
 
-@dataclass
 class HookState:
     """What the steps of one hook run share and what is recorded for the job."""
 
-    started: float = field(default_factory=time.time)
-    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("started", "steps", "data")
+
+    def __init__(self) -> None:
+        self.started: float = time.time()
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.data: dict[str, Any] = {}
 
 
-Step = Callable[[jobctx.JobContext, config_mod.Config, HookState], None]
+Step = "Callable[[jobctx.JobContext, config_mod.Config, HookState], None]"
 
 
 def _resolve(spec: str) -> Step:

@@ -3,33 +3,58 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
-from typing import Mapping
+from collections.abc import Mapping
 
 
-@dataclass
+_FIELDS: dict[str, object] = {
+    "hook": None, "job_id": None, "uid": None, "user": None, "gpus": list, "node": None, "nodelist": None,
+    "exit_code": None, "derived_exit_code": None, "partition": None, "step_id": None, "local_rank": None,
+    "ntasks_local": None, "cpus_per_task": None,
+    "env_gpuperf": None,  # the job's GPUPERF=... opt-out, where the hook can see it
+}
+
+
 class JobContext:
-    """What a Slurm hook knows about its job (FACTS.md: which variable reaches which hook)."""
+    """What a Slurm hook knows about its job (FACTS.md: which variable reaches which hook).
 
+    A plain slotted class, not a dataclass: the TaskProlog runs in every task and importing
+    dataclasses (with inspect) costs it about 6 ms.
+    """
+
+    __slots__ = tuple(_FIELDS)
     hook: str
     job_id: int | None
     uid: int | None
     user: str | None
-    gpus: list[int] = field(default_factory=list)
-    node: str | None = None
-    nodelist: str | None = None
-    exit_code: int | None = None
-    derived_exit_code: int | None = None
-    partition: str | None = None
-    step_id: str | None = None
-    local_rank: int | None = None
-    ntasks_local: int | None = None
-    cpus_per_task: int | None = None
-    env_gpuperf: str | None = None  # the job's GPUPERF=... opt-out, where the hook can see it
+    gpus: list[int]
+    node: str | None
+    nodelist: str | None
+    exit_code: int | None
+    derived_exit_code: int | None
+    partition: str | None
+    step_id: str | None
+    local_rank: int | None
+    ntasks_local: int | None
+    cpus_per_task: int | None
+    env_gpuperf: str | None
+
+    def __init__(self, **values: object) -> None:
+        unknown = set(values) - set(_FIELDS)
+        if unknown:
+            raise TypeError(f"JobContext: unknown fields {sorted(unknown)}")
+        for name, default in _FIELDS.items():
+            v = values.get(name, default() if callable(default) else default)
+            setattr(self, name, v)
 
     def to_dict(self) -> dict:
         """Plain data for JSON."""
-        return asdict(self)
+        return {name: getattr(self, name) for name in _FIELDS}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobContext) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return "JobContext(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
 
 def parse_gpu_list(value: str | None) -> list[int]:
