@@ -62,8 +62,21 @@ def task_plan(cache: dict[str, Any], cfg: Any, environ: Mapping[str, str], job_g
     if plan.disabled:
         return plan
     v, src = version_for_task(cfg, cache, environ)
-    return envpolicy.finalize_task(plan, envpolicy.user_set(environ), cpus_of_task(environ),
+    plan = envpolicy.finalize_task(plan, envpolicy.user_set(environ), cpus_of_task(environ),
                                    gpus_of_task(environ, job_gpus), v, src)
+    return _keep_affinity_omp(plan, environ)
+
+
+def _keep_affinity_omp(plan: EnvPlan, environ: Mapping[str, str]) -> EnvPlan:
+    """Leave OMP_NUM_THREADS to the affinity plugin when it already set it for this rank.
+
+    In Slurm 22.05 the SPANK plugin's task_init runs before the TaskProlog (seen in the test
+    cluster's records), and it knows the rank's exact CPU set; our value is only an estimate.
+    """
+    threads = (environ.get("GPUPERF_AFFINITY_OMP") or "").split(" ", 1)[0]
+    if threads and environ.get("OMP_NUM_THREADS") == threads:
+        plan.vars = [v for v in plan.vars if v.name != "OMP_NUM_THREADS"]
+    return plan
 
 
 def exports(plan: EnvPlan) -> list[tuple[str, str]]:
@@ -73,8 +86,8 @@ def exports(plan: EnvPlan) -> list[tuple[str, str]]:
         return []
     omp = plan.get("OMP_NUM_THREADS")
     if omp is not None and omp.rule == "default:omp_threads":
-        # the affinity SPANK plugin runs after the TaskProlog and knows the rank's exact CPUs:
-        # marked this way, it replaces our per-task estimate instead of keeping it as the user's
+        # marked this way, a later affinity step (gpuperf-run, or the plugin in a newer Slurm that
+        # runs it after the TaskProlog) replaces our per-task estimate instead of keeping it as the user's
         pairs.append((envpolicy.AFFINITY_OMP_MARKER, envpolicy.affinity_omp_marker(omp.value)))
     return pairs + [(envpolicy.MARKER, envpolicy.marker(pairs))]
 

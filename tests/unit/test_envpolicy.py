@@ -332,6 +332,34 @@ def test_prolog_caches_plan_and_taskprolog_exports_it(tmp_path, capsys, monkeypa
     assert step_rec["user_kept"] == ["NCCL_SOCKET_IFNAME"] and step_rec["step"] == "0"
 
 
+def test_taskprolog_leaves_omp_threads_to_the_affinity_plugin(tmp_path, capsys, monkeypatch):
+    """The SPANK plugin's task_init runs before the TaskProlog in 22.05 and set the rank's exact count."""
+    from gpuperf.hook import HookState
+
+    cfg = _Cfg(str(tmp_path))
+    monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())
+    monkeypatch.setattr(envplan, "resolve_addrs", lambda names, timeout_s=1.0: ("10.1.0.5",))
+    envplan.step(_ctx(), cfg, HookState())
+    for k in list(os.environ):
+        if k.startswith(("NCCL_", "OMP_", "CUDA_", "PYTORCH_", "GPUPERF")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")  # what the plugin set, and marked
+    monkeypatch.setenv("GPUPERF_AFFINITY_OMP", "5 {0:5}")
+    monkeypatch.setenv("GPUPERF_OMP", "5 {0:5}")
+    envtask.step(_ctx(hook="taskprolog", step_id="0"), cfg, HookState())
+    exported = dict(l[len("export "):].split("=", 1) for l in capsys.readouterr().out.splitlines())
+    assert "OMP_NUM_THREADS" not in exported and "PYTORCH_CUDA_ALLOC_CONF" in exported
+    # without the plugin's mark, the same task gets gpuperf's per-task value
+    monkeypatch.delenv("GPUPERF_AFFINITY_OMP")
+    monkeypatch.delenv("GPUPERF_OMP")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    envtask.step(_ctx(hook="taskprolog", step_id="1"), cfg, HookState())
+    exported = dict(l[len("export "):].split("=", 1) for l in capsys.readouterr().out.splitlines())
+    assert exported["OMP_NUM_THREADS"] == "3"
+
+
 @pytest.mark.parametrize("case", ["gpuperf_off", "config_error", "disabled", "no_cache"])
 def test_taskprolog_exports_nothing(case, tmp_path, capsys, monkeypatch):
     from gpuperf.hook import HookState
