@@ -17,6 +17,7 @@ state needs no locks; the /metrics thread reads an immutable snapshot replaced a
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import pwd
 import queue
@@ -237,8 +238,9 @@ class Daemon:
         self.ready.set()
         next_tick = time.monotonic()
         while not self._stop.is_set():
-            wait_ms = max(0.0, (next_tick - time.monotonic()) * 1000.0)
-            for sock, _ in self.poller.poll(min(wait_ms, 200.0)):
+            # whole milliseconds, rounded up: a sub-millisecond timeout polls with 0 and would spin to the tick
+            wait_ms = math.ceil(max(0.0, (next_tick - time.monotonic()) * 1000.0))
+            for sock, _ in self.poller.poll(min(wait_ms, 500)):
                 self._serve_one(sock)
             now = time.monotonic()
             if now < next_tick:
