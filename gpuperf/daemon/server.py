@@ -22,6 +22,7 @@ import os
 import pwd
 import queue
 import signal
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -133,11 +134,7 @@ class Daemon:
     def open(self) -> None:
         """Lock, open the store, resume running jobs, take pending work, bind the sockets."""
         self._lock()
-        try:
-            self.store = Store(store_path(self.cfg), full_res_s=self.cfg.daemon.full_res_s,
-                               retention_days=self.cfg.daemon.retention_days)
-        except Exception as e:  # noqa: BLE001 - sqlite3.Error, OSError
-            raise DaemonError(f"cannot open store {store_path(self.cfg)}: {e}") from None
+        self.store = self._open_store()
         self.store.begin()
         self.store.add_event(self.clock(), None, "start", {"pid": os.getpid(), "backend": getattr(self.sampler, "name", "?")})
         self.store.commit()
@@ -159,6 +156,30 @@ class Daemon:
                 self.log.error("metrics: cannot listen on %s:%s: %s", self.cfg.daemon.metrics_address,
                                self.cfg.daemon.metrics_port, e)
         self._publish_view()
+
+    def _open_store(self) -> Store:
+        """The store; a file that is not a usable database is moved aside (kept) and a new one started."""
+        path = store_path(self.cfg)
+
+        def make() -> Store:
+            return Store(path, full_res_s=self.cfg.daemon.full_res_s, retention_days=self.cfg.daemon.retention_days)
+
+        try:
+            return make()
+        except sqlite3.DatabaseError as e:
+            aside = f"{path}.corrupt-{int(time.time())}"
+            self.log.error("store %s is unusable (%s): moved to %s, starting a new one", path, e, aside)
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    os.replace(path + suffix, aside + suffix)
+                except OSError:
+                    pass
+        except OSError as e:
+            raise DaemonError(f"cannot open store {path}: {e}") from None
+        try:
+            return make()
+        except (sqlite3.Error, OSError) as e:
+            raise DaemonError(f"cannot open store {path}: {e}") from None
 
     def _lock(self) -> None:
         d = Path(self.cfg.daemon.socket_dir)
@@ -309,13 +330,15 @@ class Daemon:
             return getattr(self, f"op_{req.op}")(req, uid)
         except Exception as e:  # noqa: BLE001 - a bug in one op must not stop the daemon
             self.log.exception("op %s failed", req.op)
-            if self.store is not None:
-                try:
-                    self.store.db.rollback()
-                except Exception:  # noqa: BLE001
-                    pass
-                self.store._in_tx = False
+            self._rollback()
             return protocol.error(f"internal error: {type(e).__name__}: {e}")
+
+    def _rollback(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.rollback()
+            except Exception:  # noqa: BLE001 - nothing open, or the store is gone
+                pass
 
     def op_ping(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Liveness and what this daemon is."""
@@ -460,10 +483,17 @@ class Daemon:
         if not samples:
             return
         t = max(s.t for s in samples)
-        self.fold(t, samples)
         self.stats["sweeps"] += 1
         self.latest, self.latest_t = samples, t
-        self._periodic(t)
+        try:
+            self.fold(t, samples)
+            self._periodic(t)
+        except Exception as e:  # noqa: BLE001 - disk full, a locked store: this sweep is lost, not the daemon
+            self.stats["errors"] += 1
+            if self.stats["errors"] <= 10 or self.stats["errors"] % 600 == 0:
+                self.log.error("sweep at %.0f not kept (%d errors so far): %s: %s", t, self.stats["errors"],
+                               type(e).__name__, e)
+            self._rollback()
         if self.pub is not None and self.pub.wanted():
             self.pub.publish(sweep_message(t, samples, self._gpu_jobs()))
         self._publish_view()

@@ -108,6 +108,12 @@ class Store:
             self.db.execute("COMMIT")
             self._in_tx = False
 
+    def rollback(self) -> None:
+        """Abandon the open transaction, if any."""
+        if self._in_tx:
+            self._in_tx = False
+            self.db.execute("ROLLBACK")
+
     def close(self) -> None:
         """Commit and close."""
         self.commit()

@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -408,3 +409,35 @@ def test_top_rows_from_live_reply(base):
     assert [row[0] for row in rows] == ["0", "1"]
     assert rows[0][1] == "-" and rows[1][1] == "95 (root)"
     assert rows[1][2] == "60%" and rows[1][7] == "210 W"
+
+
+def test_corrupt_store_is_moved_aside_and_replaced(base):
+    cfg = make_cfg(base)
+    store = Path(cfg.general.state_dir) / "daemon.sqlite"
+    store.parent.mkdir(parents=True)
+    store.write_bytes(b"this is not a database" * 100)
+    with Running(cfg, ScriptSampler()) as r:
+        assert r.call("register", {"job_id": 3, "uid": 0, "gpus": [0]})["ok"]
+        assert r.call("job", {"job_id": 3})["state"] == "running"
+    kept = list(store.parent.glob("daemon.sqlite.corrupt-*"))
+    assert len(kept) == 1 and kept[0].read_bytes().startswith(b"this is not a database")
+
+
+def test_store_failure_costs_sweeps_not_the_daemon(base):
+    cfg = make_cfg(base)
+    with Running(cfg, ScriptSampler()) as r:
+        assert r.call("register", {"job_id": 4, "uid": 0, "gpus": [0]})["ok"]
+        wait_for(lambda: r.d.stats["sweeps"] > 2)
+        # the store refuses writes, as on a full disk
+        orig = r.d.store.add_samples
+
+        def failing(samples):
+            raise sqlite3.OperationalError("database or disk is full")
+
+        r.d.store.add_samples = failing
+        wait_for(lambda: r.d.stats["errors"] >= 3)
+        assert r.call("ping")["ok"]
+        r.d.store.add_samples = orig
+        n = r.d.stats["sweeps"]
+        wait_for(lambda: r.d.stats["sweeps"] > n + 2)
+        assert r.call("finalize", {"job_id": 4})["ok"]
