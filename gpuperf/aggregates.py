@@ -256,20 +256,29 @@ class HostAggregate:
     cpus_allocated: int | None = None
     exited_cpu_s: float = 0.0
     exited_iowait_s: float = 0.0
-    live: dict[str, list[float]] = field(default_factory=dict)   # process key -> [cpu_s, iowait_s] cumulative
+    # process key "pid:start" -> [cpu_s, iowait_s, ppid]: cumulative, cpu_s including reaped children
+    live: dict[str, list[float]] = field(default_factory=dict)
     rss_peak_mib: float | None = None
     net_start: dict[str, list[float]] = field(default_factory=dict)  # nic -> [rx_bytes, tx_bytes]
     net_last: dict[str, list[float]] = field(default_factory=dict)
     iowait_known: bool = True        # False where the kernel keeps no delay accounting
 
-    def update_procs(self, procs: dict[str, tuple[float, float]], rss_mib: float | None) -> None:
-        """Fold a scan of the job's live processes: key -> cumulative (cpu_s, iowait_s); RSS summed."""
+    def update_procs(self, procs: dict[str, tuple[float, float, int]], rss_mib: float | None) -> None:
+        """Fold a scan of the job's live processes: key -> (cpu_s, iowait_s, ppid), RSS summed over them.
+
+        ``cpu_s`` is a process's own CPU time plus that of the children it reaped (utime+stime+cutime+
+        cstime), so short-lived children count. A process gone since the last scan adds its last CPU
+        time only when its parent is no longer a live process of the job (else the parent's cutime
+        carries it now); its I/O wait always (children's I/O wait is not accumulated by the kernel)."""
+        live_pids = {int(k.split(":", 1)[0]) for k in procs}
         for key in [k for k in self.live if k not in procs]:
-            cpu, io = self.live.pop(key)
-            self.exited_cpu_s += cpu
-            self.exited_iowait_s += io
-        for key, (cpu, io) in procs.items():
-            self.live[key] = [float(cpu), float(io)]
+            v = self.live.pop(key)
+            ppid = int(v[2]) if len(v) > 2 else -1
+            if ppid not in live_pids:
+                self.exited_cpu_s += v[0]
+            self.exited_iowait_s += v[1]
+        for key, (cpu, io, ppid) in procs.items():
+            self.live[key] = [float(cpu), float(io), int(ppid)]
         if rss_mib is not None and (self.rss_peak_mib is None or rss_mib > self.rss_peak_mib):
             self.rss_peak_mib = rss_mib
 

@@ -27,7 +27,8 @@ class ProcUsage:
     pid: int
     ppid: int
     start_ticks: int
-    cpu_s: float
+    cpu_s: float              # own user+system time
+    children_cpu_s: float     # user+system time of reaped children (cutime+cstime)
     iowait_s: float
     rss_mib: float
 
@@ -39,10 +40,11 @@ def parse_stat_usage(pid: int, data: str) -> ProcUsage | None:
         return None
     f = data[rparen + 2:].split()
     try:
-        # fields after the command, 0-based: 1 ppid, 11 utime, 12 stime, 19 starttime, 21 rss, 39 blkio ticks
+        # fields after the command, 0-based: 1 ppid, 11 utime, 12 stime, 13 cutime, 14 cstime,
+        # 19 starttime, 21 rss, 39 delayacct_blkio_ticks
         blk = int(f[39]) if len(f) > 39 else 0
-        return ProcUsage(pid, int(f[1]), int(f[19]), (int(f[11]) + int(f[12])) * _TICK_S, blk * _TICK_S,
-                         int(f[21]) * _PAGE_MIB)
+        return ProcUsage(pid, int(f[1]), int(f[19]), (int(f[11]) + int(f[12])) * _TICK_S,
+                         (int(f[13]) + int(f[14])) * _TICK_S, blk * _TICK_S, int(f[21]) * _PAGE_MIB)
     except (IndexError, ValueError):
         return None
 
@@ -51,7 +53,8 @@ def parse_stat_usage(pid: int, data: str) -> ProcUsage | None:
 class JobUsage:
     """The live processes of one job at one scan."""
 
-    procs: dict[str, tuple[float, float]] = field(default_factory=dict)   # "pid:start" -> (cpu_s, iowait_s)
+    # "pid:start" -> (cpu_s with reaped children, iowait_s, ppid)
+    procs: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     rss_mib: float = 0.0
 
 
@@ -87,7 +90,7 @@ def scan_jobs(attr: Attributor, jobs: set[int], skip: set[int] | None = None) ->
         job = attr.job_of_known(pid, u.ppid, u.start_ticks)
         if job in out:
             ju = out[job]
-            ju.procs[f"{pid}:{u.start_ticks}"] = (u.cpu_s, u.iowait_s)
+            ju.procs[f"{pid}:{u.start_ticks}"] = (u.cpu_s + u.children_cpu_s, u.iowait_s, u.ppid)
             ju.rss_mib += u.rss_mib
         elif job is None and skip is not None:
             skip.add(pid)

@@ -144,13 +144,27 @@ def test_foreign_processes_kept_once_with_times():
 
 def test_host_exited_processes_keep_their_cpu_time():
     h = HostAggregate(cpus_allocated=4)
-    h.update_procs({"10:1": (5.0, 1.0), "11:1": (2.0, 0.0)}, 100.0)
-    h.update_procs({"11:1": (4.0, 1.0)}, 50.0)         # 10 exited with 5 s CPU
+    h.update_procs({"10:1": (5.0, 1.0, 1), "11:1": (2.0, 0.0, 1)}, 100.0)
+    h.update_procs({"11:1": (4.0, 1.0, 1)}, 50.0)         # 10 exited (parent not in the job) with 5 s CPU
     d = h.to_dict(wall_s=10.0)
     assert d["cpu_time_s"] == pytest.approx(9.0)
     assert d["iowait_s"] == pytest.approx(2.0)
     assert d["iowait_pct"] == pytest.approx(100 * 2 / 11)
     assert d["rss_peak_mib"] == 100.0
+
+
+def test_host_child_reaped_by_live_parent_is_not_counted_twice():
+    h = HostAggregate()
+    # parent 10 (own 1 s), child 11 of 10 (2 s)
+    h.update_procs({"10:1": (1.0, 0.0, 1), "11:5": (2.0, 0.5, 10)}, 1.0)
+    # the child exited and was reaped: its 2.5 s (2 seen + 0.5 after the scan) are in the parent's cutime
+    h.update_procs({"10:1": (1.0 + 0.5 + 2.5, 0.0, 1)}, 1.0)
+    assert h.cpu_time_s == pytest.approx(4.0)
+    assert h.iowait_s == pytest.approx(0.5)
+    # an orphan (its parent gone too) keeps what was last seen of it
+    h.update_procs({"20:9": (3.0, 0.0, 77)}, 1.0)
+    h.update_procs({}, 1.0)
+    assert h.cpu_time_s == pytest.approx(4.0 + 3.0)
 
 
 def test_host_net_deltas_and_reset():
@@ -178,8 +192,8 @@ def test_state_round_trip_resumes_exactly():
         split.add_sweep(t, s)
     whole.energy_reading({0: 1.0, 1: 2.0}, 1200.0)
     split.energy_reading({0: 1.0, 1: 2.0}, 1200.0)
-    split.host.update_procs({"1:1": (3.0, 0.5)}, 10.0)
-    whole.host.update_procs({"1:1": (3.0, 0.5)}, 10.0)
+    split.host.update_procs({"1:1": (3.0, 0.5, 1)}, 10.0)
+    whole.host.update_procs({"1:1": (3.0, 0.5, 1)}, 10.0)
     restored = JobAggregates.from_dict(json.loads(json.dumps(split.to_state())))
     for t, s in second:
         whole.add_sweep(t, s)
@@ -194,7 +208,7 @@ def test_from_state_rejects_other_schema():
 
 def test_iowait_unknown_without_delay_accounting():
     h = HostAggregate()
-    h.update_procs({"1:1": (4.0, 0.0)}, 1.0)
+    h.update_procs({"1:1": (4.0, 0.0, 1)}, 1.0)
     h.iowait_known = False
     d = HostAggregate.from_state(h.to_state()).to_dict(1.0)
     assert d["iowait_s"] is None and d["iowait_pct"] is None and d["cpu_time_s"] == 4.0

@@ -119,7 +119,8 @@ def test_scan_jobs_real_process_usage():
         attr = Attributor()
         u = hostusage.scan_jobs(attr, {8080, 8081})
         assert set(u) == {8080, 8081} and u[8081].procs == {}
-        (key, (cpu_s, _io)), = u[8080].procs.items()
+        (key, (cpu_s, _io, ppid)), = u[8080].procs.items()
+        assert ppid == os.getpid()
         assert key.startswith(f"{burn.pid}:")
         assert 0.3 <= cpu_s <= 2.0
         assert u[8080].rss_mib > 1.0
@@ -130,12 +131,12 @@ def test_scan_jobs_real_process_usage():
 
 def test_parse_stat_usage_fields():
     ticks = os.sysconf("SC_CLK_TCK")
-    fields = ["S", "7", "1", "1", "0", "-1", "0", "0", "0", "0", "0", str(3 * ticks), str(ticks), "0", "0", "20", "0", "1",
+    fields = ["S", "7", "1", "1", "0", "-1", "0", "0", "0", "0", "0", str(3 * ticks), str(ticks), str(5 * ticks), "0", "20", "0", "1",
               "0", "12345", "1000", "256"] + ["0"] * 17 + [str(2 * ticks)]
     u = hostusage.parse_stat_usage(9, "9 (x y) " + " ".join(fields))
     page_mib = os.sysconf("SC_PAGE_SIZE") / 2**20
     assert (u.ppid, u.start_ticks) == (7, 12345)
-    assert u.cpu_s == pytest.approx(4.0) and u.iowait_s == pytest.approx(2.0)
+    assert u.cpu_s == pytest.approx(4.0) and u.children_cpu_s == pytest.approx(5.0) and u.iowait_s == pytest.approx(2.0)
     assert u.rss_mib == pytest.approx(256 * page_mib)
 
 
@@ -163,3 +164,22 @@ def test_delay_accounting_switch(tmp_path):
     assert hostusage.delay_accounting(str(tmp_path)) is False
     (k / "task_delayacct").write_text("1\n")
     assert hostusage.delay_accounting(str(tmp_path)) is True
+
+
+def test_short_lived_children_count_through_their_parent():
+    # three children of 0.2 s CPU each, all gone before the scan: only the shell is seen
+    busy = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.2: pass"
+    sh = subprocess.Popen(["/bin/sh", "-c", f"for i in 1 2 3; do /usr/bin/python3 -c '{busy}'; done; exec /bin/sleep 30"],
+                          env={"SLURM_JOB_ID": "8090"})
+    try:
+        time.sleep(0.2)
+        end = time.time() + 10
+        while time.time() < end and Path(f"/proc/{sh.pid}/comm").read_text().strip() != "sleep":
+            time.sleep(0.05)
+        u = hostusage.scan_jobs(Attributor(), {8090})
+        shell = [v for k, v in u[8090].procs.items() if k.startswith(f"{sh.pid}:")]
+        assert len(u[8090].procs) == 1, u[8090].procs         # the children are gone
+        assert shell[0][0] >= 0.55
+    finally:
+        sh.kill()
+        sh.wait()
