@@ -125,7 +125,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "retention_days": Key(float, 90.0, "1-minute series and finished jobs kept this long", validate=_positive),
         "host_interval_s": Key(float, 5.0, "per-job CPU/RSS/IO scan interval", validate=_positive),
         "energy_interval_s": Key(float, 600.0, "energy counter read this often between job start and end", validate=_positive),
-        "health_interval_s": Key(float, 60.0, "cached fast health checks refreshed this often", validate=_positive),
+        "health_interval_s": Key(float, 20.0, "cached fast health checks refreshed this often (below checks.daemon_max_age_s)", validate=_positive),
     },
     "env": {
         "enabled": Key(bool, True, "inject environment in the TaskProlog"),
