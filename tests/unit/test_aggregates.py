@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -212,3 +213,38 @@ def test_iowait_unknown_without_delay_accounting():
     h.iowait_known = False
     d = HostAggregate.from_state(h.to_state()).to_dict(1.0)
     assert d["iowait_s"] is None and d["iowait_pct"] is None and d["cpu_time_s"] == 4.0
+
+
+RECORDINGS = Path(__file__).resolve().parents[1] / "data" / "recordings"
+
+
+def _replay_aggregates(workload: str) -> tuple[dict, float]:
+    from gpuperf.samplers.replay import ReplaySampler
+
+    path = next(RECORDINGS.glob(f"{workload}-*.jsonl*"), None)
+    if path is None:
+        pytest.skip(f"no {workload} recording in {RECORDINGS}")
+    r = ReplaySampler(str(path), clock="virtual", start_t=1000.0)
+    a = JobAggregates.new(1, "n1", [0], 1000.0, r.interval_s)
+    while sweep := r.sample():
+        if a.last_t is None:
+            a.energy_reading(r.read_energy(), sweep[0].t)     # the job's start reading
+        a.add_sweep(sweep[0].t, sweep)
+    a.energy_reading(r.read_energy(), a.last_t)               # and its end reading
+    return a.to_dict()["gpus"]["0"], a.gpus[0].power_energy_j
+
+
+def test_real_matmul_recording_counter_matches_integrated_power():
+    g, integrated_j = _replay_aggregates("matmul_bf16")
+    assert g["energy_source"] == "counter"
+    assert g["energy_j"] == pytest.approx(integrated_j, rel=0.03)
+    assert g["metrics"]["tensor_active_pct"]["p50"] > 80
+    assert g["idle_s"] < 0.3 * g["seconds"]
+
+
+def test_real_idle_and_membound_recordings():
+    idle, _ = _replay_aggregates("idle")
+    assert idle["idle_s"] >= 0.9 * idle["seconds"]
+    mem, _ = _replay_aggregates("membound")
+    assert mem["metrics"]["dram_active_pct"]["p50"] > 80
+    assert mem["metrics"]["tensor_active_pct"]["p95"] < 5
