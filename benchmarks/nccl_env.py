@@ -83,6 +83,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per size per launch")
     ap.add_argument("--env-root", help="compute gpuperf's set for a recorded node (smoke tests) instead of this one")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds one launch may take")
+    ap.add_argument("--sets", help="comma-separated subset of the sets (default, gpuperf, gpuperf-no-alloc, tree, "
+                                   "ring-simple); default: all but gpuperf-no-alloc")
     args = ap.parse_args()
     nproc = args.nproc
     if nproc is None:
@@ -92,6 +94,15 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     ours, answer = nb.gpuperf_exports(nproc, args.env_root, str(REPO))
     sets = {"default": {}, "gpuperf": ours, **GUIDE_SETS}
+    if args.sets:
+        # gpuperf-no-alloc isolates the one variable that changes how PyTorch allocates the buffers
+        extra = {"gpuperf-no-alloc": {k: v for k, v in ours.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}}
+        known = {**sets, **extra}
+        wanted = [n.strip() for n in args.sets.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in known]
+        if unknown or not {"default", "gpuperf"} <= set(wanted):
+            ap.error(f"--sets needs default and gpuperf, from: {', '.join(known)}")
+        sets = {n: known[n] for n in wanted}
     print(f"gpuperf injects: {ours or '(nothing)'}", flush=True)
     size_list = nb.sizes(parse_size(args.min_size), parse_size(args.max_size))
     results = nb.measure(sets, nproc, args.backend, args.device, size_list, args.rounds, args.repeats,
