@@ -346,9 +346,10 @@ class JobAggregates:
 
     @classmethod
     def new(cls, job_id: int, node: str | None, gpus: Iterable[int], start: float, interval_s: float,
-            cpus: int | None = None) -> "JobAggregates":
-        """Empty aggregates of a job holding ``gpus``."""
-        return cls(job_id=job_id, node=node, gpus={g: GpuAggregate(g) for g in gpus}, start=start,
+            cpus: int | None = None, names: dict[int, str | None] | None = None) -> "JobAggregates":
+        """Empty aggregates of a job holding ``gpus`` (``names``: GPU model by index, for the report's peaks)."""
+        names = names or {}
+        return cls(job_id=job_id, node=node, gpus={g: GpuAggregate(g, name=names.get(g)) for g in gpus}, start=start,
                    interval_s=interval_s, host=HostAggregate(cpus_allocated=cpus))
 
     def weight(self, t: float) -> float | None:

@@ -48,6 +48,14 @@ PRUNE_EVERY_S = 3600.0
 PENDING_EVERY_S = 10.0
 
 
+
+def gpu_names(sampler: Any) -> dict[int, str | None]:
+    """GPU model by index from a sampler that can describe its GPUs ({} when it cannot)."""
+    try:
+        return {int(d["index"]): d.get("name") for d in sampler.describe()}
+    except Exception:  # noqa: BLE001 - a sampler without describe(), or NVML refusing: the report says "model unknown"
+        return {}
+
 class DaemonError(Exception):
     """The daemon cannot start (socket in use, another daemon running, store unusable)."""
 
@@ -102,6 +110,7 @@ class Daemon:
                  metrics: bool = True, send_summaries: bool = True):
         self.cfg = cfg
         self.sampler = sampler
+        self.gpu_names = gpu_names(sampler)
         self.node = node or os.uname().nodename.split(".")[0]
         self.clock = clock
         self.log = log.get("daemon")
@@ -359,7 +368,7 @@ class Daemon:
         reg = {"job_id": job_id, "uid": job["uid"], "user": job.get("user"), "gpus": job["gpus"],
                "cpus": job.get("cpus"), "node": job.get("node") or self.node, "start": start,
                "partial": job.get("partial", False)}
-        agg = JobAggregates.new(job_id, reg["node"], reg["gpus"], start, self.interval_s, reg["cpus"])
+        agg = JobAggregates.new(job_id, reg["node"], reg["gpus"], start, self.interval_s, reg["cpus"], self.gpu_names)
         agg.partial = bool(reg["partial"])
         if now - start > GAP_FACTOR * self.interval_s:
             agg.add_gap(start, now)        # registered late (pending marker): nothing sampled before now
@@ -622,7 +631,8 @@ class Daemon:
                 self.log.error("job %s: stored aggregates unreadable (%s); restarting them", row["job_id"], e)
                 agg = None
             if agg is None:
-                agg = JobAggregates.new(row["job_id"], row["node"], row["gpus"], row["start"], self.interval_s, row["cpus"])
+                agg = JobAggregates.new(row["job_id"], row["node"], row["gpus"], row["start"], self.interval_s, row["cpus"],
+                                        self.gpu_names)
                 agg.partial = True
             agg.interval_s = self.interval_s
             self.running[row["job_id"]] = RunningJob(dict(row), agg, needs_energy=False)

@@ -187,6 +187,16 @@ class ReplaySampler:
         """GPUs replayed."""
         return self._n
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Static facts of each replayed GPU, from the recording's header (GPU i plays recorded i mod n)."""
+        meta = {int(g["index"]): g for g in self.rec.header.get("gpus", []) if isinstance(g, dict) and "index" in g}
+        out = []
+        for i in range(self._n):
+            g = meta.get(self._recorded[i % len(self._recorded)], {})
+            out.append({"index": i, "name": g.get("name"), "uuid": g.get("uuid"),
+                        "memory_total_mib": g.get("memory_total_mib"), "power_limit_w": g.get("power_limit_w")})
+        return out
+
     @property
     def interval_s(self) -> float:
         """Wall seconds between calls that play the recording at ``speed``."""

@@ -248,3 +248,20 @@ def test_real_idle_and_membound_recordings():
     mem, _ = _replay_aggregates("membound")
     assert mem["metrics"]["dram_active_pct"]["p50"] > 80
     assert mem["metrics"]["tensor_active_pct"]["p95"] < 5
+
+
+def test_replayed_gpus_are_named_from_the_recording_so_summaries_have_peaks():
+    """The daemon names each job's GPUs from its sampler: the report's estimates need the model."""
+    import glob
+    import os
+
+    from gpuperf.daemon.server import gpu_names
+    from gpuperf.samplers.replay import ReplaySampler
+
+    here = os.path.join(os.path.dirname(__file__), "..", "data", "recordings")
+    path = sorted(glob.glob(os.path.join(here, "matmul_bf16-*.jsonl.gz")))[0]
+    names = gpu_names(ReplaySampler(path, gpus=3, clock="virtual"))
+    assert names == {0: "NVIDIA H100 80GB HBM3", 1: "NVIDIA H100 80GB HBM3", 2: "NVIDIA H100 80GB HBM3"}
+    agg = JobAggregates.new(1, "n1", [2], 0.0, 1.0, names=names)
+    assert agg.to_dict()["gpus"]["2"]["name"] == "NVIDIA H100 80GB HBM3"
+    assert gpu_names(object()) == {}
