@@ -212,10 +212,8 @@ class GpuAggregate:
             "throttle_s": dict(self.throttle_s),
             "energy_j": energy_j,
             "energy_source": source,
-            "nvlink_tx_bytes": self.bytes["nvlink_tx"],
-            "nvlink_rx_bytes": self.bytes["nvlink_rx"],
-            "pcie_tx_bytes": self.bytes["pcie_tx"],
-            "pcie_rx_bytes": self.bytes["pcie_rx"],
+            # None, not 0, where the rate was never measured (no NVLink, no GPM/counters)
+            **{f"{k}_bytes": (v if f"{k}_bps" in self.metrics else None) for k, v in self.bytes.items()},
             "mem_total_mib": self.mem_total_mib,
             "power_limit_w": self.power_limit_w,
             "name": self.name,

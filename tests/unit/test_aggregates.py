@@ -265,3 +265,14 @@ def test_replayed_gpus_are_named_from_the_recording_so_summaries_have_peaks():
     agg = JobAggregates.new(1, "n1", [2], 0.0, 1.0, names=names)
     assert agg.to_dict()["gpus"]["2"]["name"] == "NVIDIA H100 80GB HBM3"
     assert gpu_names(object()) == {}
+
+
+def test_bytes_never_measured_are_none_not_zero():
+    from gpuperf.samplers.base import GpuSample
+
+    agg = JobAggregates.new(1, "n1", [0], 0.0, 1.0)
+    for t in (1.0, 2.0, 3.0):
+        agg.add_sweep(t, [GpuSample(gpu=0, t=t, util_gpu_pct=50.0, pcie_tx_bps=1e9, pcie_rx_bps=0.0)])
+    g = agg.to_dict()["gpus"]["0"]
+    assert g["nvlink_tx_bytes"] is None and g["nvlink_rx_bytes"] is None
+    assert g["pcie_tx_bytes"] > 0 and g["pcie_rx_bytes"] == 0.0
