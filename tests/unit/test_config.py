@@ -77,3 +77,12 @@ def test_defaults_are_not_shared_between_configs():
     a, b = config.defaults(), config.defaults()
     a.checks.disabled.append("x")
     assert b.checks.disabled == []
+
+
+def test_packaged_example_config_is_the_schema_and_parses_to_defaults():
+    """packaging/config.example.toml is generated from SCHEMA: a key added without regenerating it fails here."""
+    import pathlib
+
+    example = pathlib.Path(__file__).parents[2] / "packaging" / "config.example.toml"
+    assert example.read_text() == config.example_toml(), "regenerate: python -c 'from gpuperf import config; print(config.example_toml(), end=\"\")'"
+    assert config.parse(example.read_text()).to_dict() == config.defaults().to_dict()
