@@ -18,6 +18,9 @@ try:
 except ImportError:  # tests/ became a package
     from tests.cluster.slurmcluster import ClusterError, SlurmCluster, can_run, can_run_multi
 
+# fixture trees hold copies of sysfs whose symlinks form cycles: collection would never end
+collect_ignore = ["data"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slurm: needs the real Slurm test cluster (root, Debian packages)")
