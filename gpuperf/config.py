@@ -330,9 +330,35 @@ def load_or_defaults(path: str | None = None) -> Config:
     try:
         return load(path)
     except ConfigError as e:
-        cfg = _apply_env(defaults())
+        cfg = defaults()
+        _salvage_general(cfg, e.path)
+        cfg = _apply_env(cfg)
         cfg.degraded, cfg.error, cfg.source = True, str(e), e.path
         return cfg
+
+
+def _salvage_general(cfg: Config, path: str) -> None:
+    """Keep the valid ``[general]`` keys of a broken file: its log and run dirs, not the defaults'.
+
+    An error elsewhere (a typo in [checks]) must not send the hooks' logs and records to paths the
+    admin never configured.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.loads(f.read().decode("utf-8", errors="replace"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return
+    general = raw.get("general")
+    if not isinstance(general, dict):
+        return
+    for key, value in general.items():
+        spec = SCHEMA["general"].get(key)
+        if spec is None:
+            continue
+        try:
+            cfg.data["general"][key] = _check(path, f"general.{key}", spec, value, None)
+        except ConfigError:
+            continue
 
 
 def _apply_env(cfg: Config) -> Config:

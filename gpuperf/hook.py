@@ -82,12 +82,32 @@ def run_hook(name: str, steps: list[tuple[str, str]], env: dict[str, str] | None
 def _record(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookState, logger) -> None:
     """Leave what this hook saw in the job's state dir (tests and the report read it)."""
     suffix = f".{os.getpid()}" if ctx.hook == "taskprolog" else ""
-    path = jobstate.job_dir(cfg.general.run_dir, ctx.job_id) / f"{ctx.hook}{suffix}.json"
+    jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
+    path = jdir / f"{ctx.hook}{suffix}.json"
+    record = {"context": ctx.to_dict(), "steps": state.steps, "data": _jsonable(state.data),
+              "config": cfg.source, "started": state.started}
     try:
-        jobstate.write_json(path, {"context": ctx.to_dict(), "steps": state.steps, "data": _jsonable(state.data),
-                                   "config": cfg.source, "started": state.started})
+        try:
+            jobstate.write_json(path, record)
+        except PermissionError:
+            # a TaskProlog of a non-root job cannot write the root-owned job dir: its own dir
+            path = jdir / TASKS_DIR / path.name
+            jobstate.write_json(path, record, mode=0o600)
+        if ctx.hook == "prolog":
+            _make_tasks_dir(jdir, ctx.uid)
     except OSError as e:
         logger.warning("job %s: cannot record hook state in %s: %s", ctx.job_id, path, e.strerror)
+
+
+TASKS_DIR = "tasks"
+
+
+def _make_tasks_dir(jdir, uid: int | None) -> None:
+    """A directory the job's user owns, where its TaskProlog records what it did."""
+    tasks = jdir / TASKS_DIR
+    tasks.mkdir(mode=0o700, exist_ok=True)
+    if uid is not None and os.geteuid() == 0:
+        os.chown(tasks, uid, -1)
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

@@ -86,3 +86,13 @@ def test_packaged_example_config_is_the_schema_and_parses_to_defaults():
     example = pathlib.Path(__file__).parents[2] / "packaging" / "config.example.toml"
     assert example.read_text() == config.example_toml(), "regenerate: python -c 'from gpuperf import config; print(config.example_toml(), end=\"\")'"
     assert config.parse(example.read_text()).to_dict() == config.defaults().to_dict()
+
+
+def test_broken_file_keeps_its_valid_general_paths(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text(f"[general]\nrun_dir = '{tmp_path}/run'\nlog_file = 7\n[checks]\ntypo = 1\n")
+    cfg = config.load_or_defaults(str(p))
+    assert cfg.degraded and "general.log_file" in cfg.error  # the first error is the one named
+    assert cfg.general.run_dir == f"{tmp_path}/run"          # valid: kept
+    assert cfg.general.log_file == "/var/log/gpuperf/gpuperf.log"  # invalid: default
+    assert cfg.checks.drain is True

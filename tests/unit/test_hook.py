@@ -1,6 +1,7 @@
 """The hook runner: steps run in order, a failing step never fails the hook, verdicts do."""
 
 import json
+import os
 import sys
 import types
 
@@ -79,3 +80,39 @@ def test_main_guard_swallows_crashes(capsys):
 
     assert hook.main_guard(crash) == 0
     assert "job unaffected" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a hook as another user")
+def test_taskprolog_of_a_user_job_records_into_the_tasks_dir_the_prolog_made():
+    import pwd
+    import shutil
+    import subprocess
+    import tempfile
+
+    nobody = pwd.getpwnam("nobody")
+    base = tempfile.mkdtemp(prefix="gpuperf-hook-")
+    try:
+        os.chmod(base, 0o755)
+        cfgp = os.path.join(base, "c.toml")
+        with open(cfgp, "w") as f:
+            f.write(f"[general]\nrun_dir = '{base}/run'\nlog_file = ''\n")
+        os.chmod(cfgp, 0o644)
+        env = {"SLURM_JOB_ID": "9", "SLURM_JOB_UID": str(nobody.pw_uid), "SLURM_JOB_USER": "nobody"}
+        os.environ["GPUPERF_CONFIG"] = cfgp
+        try:
+            assert hook.run_hook("prolog", [], env=env) == 0
+        finally:
+            del os.environ["GPUPERF_CONFIG"]
+        tasks = os.path.join(base, "run/jobs/9/tasks")
+        assert os.stat(tasks).st_uid == nobody.pw_uid
+        code = ("import os; from gpuperf.hook import run_hook; "
+                f"raise SystemExit(run_hook('taskprolog', [], env={env!r}))")
+        r = subprocess.run(["/usr/sbin/runuser", "-u", "nobody", "--", sys.executable, "-c", code],
+                           env={"GPUPERF_CONFIG": cfgp, "PATH": "/usr/bin:/bin",
+                                "PYTHONPATH": os.path.dirname(os.path.dirname(hook.__file__))},
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        recs = [n for n in os.listdir(tasks) if n.startswith("taskprolog.")]
+        assert len(recs) == 1 and "cannot record" not in r.stderr
+    finally:
+        shutil.rmtree(base)
