@@ -279,20 +279,10 @@ def _tname(t: type | tuple[type, ...]) -> str:
     return names.get(t, t.__name__)
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    return repr(v)
-
-
 def example_toml() -> str:
     """Every section and key with its default and help, as TOML (packaging/config.example.toml)."""
+    from gpuperf import tomlw
+
     lines = ["# /etc/gpuperf/config.toml: every key is optional; shown with its default.",
              "# An unknown key or a wrong type is an error naming the key and line; hooks then run with",
              "# defaults and never drain a node. Generated from gpuperf/config.py SCHEMA.", ""]
@@ -305,7 +295,7 @@ def example_toml() -> str:
                           '# set = { NCCL_IB_TC = "106" }']
                 continue
             help_ = " ".join(x for x in (key.help, f"({' | '.join(map(str, key.choices))})" if key.choices else "") if x)
-            lines.append(f"{name} = {_toml_value(key.default)}" + (f"  # {help_}" if help_ else ""))
+            lines.append(f"{name} = {tomlw.value(key.default)}" + (f"  # {help_}" if help_ else ""))
         lines.append("")
     return "\n".join(lines)
 

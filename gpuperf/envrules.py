@@ -20,6 +20,7 @@ import fnmatch
 import re
 from typing import Any, NamedTuple
 
+from gpuperf import tomlw
 from gpuperf.envpolicy import FORCE_REQUIRED, VARIABLE_CLASSES
 
 MATCH_KEYS: dict[str, str] = {
@@ -185,36 +186,22 @@ def validate(raw_rules: Any) -> None:
 
 def to_toml(rule: Rule) -> str:
     """One rule as a ``[[env.rules]]`` TOML table (what ``gpuperf tune`` writes)."""
-    lines = ["[[env.rules]]", f"name = {_q(rule.name)}"]
+    lines = ["[[env.rules]]", f"name = {_tv(rule.name)}"]
     if rule.reason:
-        lines.append(f"reason = {_q(rule.reason)}")
+        lines.append(f"reason = {_tv(rule.reason)}")
     if rule.force:
         lines.append("force = true")
     if rule.match:
         lines.append("match = { " + ", ".join(f"{k} = {_tv(v)}" for k, v in rule.match.items()) + " }")
     if rule.set:
-        lines.append("set = { " + ", ".join(f"{k} = {_q(v)}" for k, v in rule.set.items()) + " }")
+        lines.append("set = { " + ", ".join(f"{k} = {_tv(v)}" for k, v in rule.set.items()) + " }")
     if rule.forbid:
-        lines.append("forbid = [" + ", ".join(_q(n) for n in rule.forbid) + "]")
+        lines.append("forbid = [" + ", ".join(_tv(n) for n in rule.forbid) + "]")
     if rule.evidence:
         lines.append("[env.rules.evidence]")
         lines.extend(f"{k} = {_tv(v)}" for k, v in rule.evidence.items())
     return "\n".join(lines) + "\n"
 
 
-def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _tv(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return _q(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_tv(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_tv(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+    return tomlw.value(v)

@@ -335,12 +335,6 @@ def _table(out: list[str], name: str, values: dict[str, Any], header: str) -> No
 
 
 def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
-    if isinstance(v, list):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    raise ValueError(f"cannot write {type(v).__name__} {v!r} as TOML")
+    from gpuperf import tomlw
+
+    return tomlw.value(v)
