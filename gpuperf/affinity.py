@@ -150,13 +150,7 @@ def assign_gpus(gpus: Iterable[int], tasks: int) -> list[tuple[int, ...]]:
     if not g:
         return [() for _ in range(tasks)]
     if tasks <= len(g):
-        base, extra = divmod(len(g), tasks)
-        out, i = [], 0
-        for r in range(tasks):
-            n = base + (1 if r < extra else 0)
-            out.append(tuple(g[i:i + n]))
-            i += n
-        return out
+        return [tuple(c) for c in _even_chunks(g, tasks)]
     return [(g[r * len(g) // tasks],) for r in range(tasks)]
 
 
@@ -183,11 +177,16 @@ def _split(cores: list[tuple[int, ...]], k: int) -> list[list[tuple[int, ...]]]:
         if len(units) < k:
             # fewer CPUs than ranks: ranks share CPUs round-robin rather than go unpinned
             return [[units[r % len(units)]] for r in range(k)]
-    base, extra = divmod(len(units), k)
+    return _even_chunks(units, k)
+
+
+def _even_chunks(items: list, k: int) -> list[list]:
+    """``items`` in k consecutive chunks whose sizes differ by at most one, the larger ones first."""
+    base, extra = divmod(len(items), k)
     out, i = [], 0
     for r in range(k):
         n = base + (1 if r < extra else 0)
-        out.append(list(units[i:i + n]))
+        out.append(list(items[i:i + n]))
         i += n
     return out
 
