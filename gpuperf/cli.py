@@ -49,8 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         import os
 
         os.environ["GPUPERF_CONFIG"] = args.config
+    from gpuperf.config import ConfigError
+
     try:
         return int(module.run(args) or 0)
+    except ConfigError as e:
+        # every subcommand loads the config the same way: one place says so, exit 2 ("could not")
+        print(f"gpuperf {args.command}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -67,11 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuperf import checks, config
     from gpuperf.jobctx import parse_gpu_list
 
-    try:
-        cfg = config.load()
-    except config.ConfigError as e:
-        print(f"gpuperf check: {e}", file=sys.stderr)
-        return EXIT_CANNOT
+    cfg = config.load()  # a ConfigError is reported by gpuperf.cli (exit 2, EXIT_CANNOT)
     gpus = parse_gpu_list(args.gpus) if args.gpus else []
     try:
         node = checks.read_node(cfg, args.root)

@@ -22,11 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; exit 2 when it cannot start (config, socket, sampler)."""
-    try:
-        cfg = config_mod.load()
-    except config_mod.ConfigError as e:
-        print(f"gpuperf daemon: {e}")
-        return 2
+    cfg = config_mod.load()  # a ConfigError is reported by gpuperf.cli (exit 2)
     name = "collector" if args.controller else "daemon"
     log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=args.foreground or not cfg.general.log_file)
     if args.controller:

@@ -63,11 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from gpuperf import config
     from gpuperf.envrules import RuleError
 
-    try:
-        cfg = config.load()
-    except config.ConfigError as e:
-        print(f"gpuperf env: {e}", file=sys.stderr)
-        return 2
+    cfg = config.load()  # a ConfigError is reported by gpuperf.cli (exit 2)
     if args.root and not os.path.isdir(os.path.join(args.root, "sys")):
         print(f"gpuperf env: {args.root} is not a recorded node (no sys/ in it)", file=sys.stderr)
         return 2

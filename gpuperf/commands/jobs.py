@@ -58,10 +58,10 @@ def _fmt_rows(rows: list[dict]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """List jobs; 0 on success, 1 when the store cannot be read or the user is not allowed, 2 on bad input."""
+    cfg = config_mod.load()  # a ConfigError is reported by gpuperf.cli (exit 2)
     try:
-        cfg = config_mod.load()
         since = parse_since(args.since)
-    except (config_mod.ConfigError, ValueError) as e:
+    except ValueError as e:
         print(f"gpuperf jobs: {e}", file=sys.stderr)
         return 2
     uid = os.getuid()

@@ -128,11 +128,7 @@ def owner_uid(cfg, job_id: int, s: dict) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print (or write) the report; 0 on success, 1 when not found or not allowed, 2 on a config error."""
-    try:
-        cfg = config_mod.load()
-    except config_mod.ConfigError as e:
-        print(f"gpuperf report: {e}", file=sys.stderr)
-        return 2
+    cfg = config_mod.load()  # a ConfigError is reported by gpuperf.cli (exit 2)
     found = find(cfg, args.job_id, args.source)
     if found is None or not found.summary:
         print(f"gpuperf report: no summary for job {args.job_id}", file=sys.stderr)
