@@ -11,15 +11,8 @@ src="$here/gpuperf/wrappers/gpuperf_spank.c"
 out="$prefix/lib"
 [ "${1:-}" = "--out" ] && out=${2:?--out needs a directory}
 
-need=()
-for p in gcc libc6-dev libslurm-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+. "$here/packaging/apt-need.sh"
+apt_need gcc libc6-dev libslurm-dev
 
 mkdir -p "$out"
 tmp=$(mktemp "$out/.gpuperf_spank.XXXXXX.so")

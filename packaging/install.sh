@@ -9,15 +9,8 @@ prefix=${GPUPERF_PREFIX:-/opt/gpuperf}
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 
-need=()
-for p in python3 python3-venv gcc libc6-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+. "$here/packaging/apt-need.sh"
+apt_need python3 python3-venv gcc libc6-dev
 if [ ! -x "$prefix/venv/bin/python" ]; then
   /usr/bin/python3 -m venv "$prefix/venv"
 fi
