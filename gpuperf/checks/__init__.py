@@ -44,13 +44,15 @@ def validate_codes(names: Iterable[str]) -> None:
         raise ValueError(f"unknown check {', '.join(map(repr, unknown))} (known: {', '.join(sorted(known))})")
 
 
-def read_node(cfg: Any, root: str | None = None) -> Any:
+def read_node(cfg: Any, root: str | None = None, once: bool = False) -> Any:
     """The node (``gpuperf.topology.Node``) from ``root`` or the config's node root, within ``checks.timeout_s``.
 
+    ``once``: for short processes (the prolog), whose later steps reuse the same read.
     Raises ``runner.CheckTimeout`` when NVML or sysfs does not answer in time.
     """
     from gpuperf import topology
     from gpuperf.checks.runner import call_with_timeout
 
     where = root if root is not None else topology.node_root(cfg)
-    return call_with_timeout(lambda: topology.load_node(where or None), float(cfg.checks.timeout_s))
+    load = topology.load_node_once if once else topology.load_node
+    return call_with_timeout(lambda: load(where or None), float(cfg.checks.timeout_s))

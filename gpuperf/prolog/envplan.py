@@ -68,7 +68,7 @@ def load_topology(cfg: Any, root: str | None = None) -> dict[str, Any]:
     """The node's topology dict (recorded node when ``root`` or the config names one, else live)."""
     from gpuperf import topology
 
-    return topology.load_node(root if root is not None else topology.node_root(cfg), health=False).topology
+    return topology.load_node_once(root if root is not None else topology.node_root(cfg), health=False).topology
 
 
 def shape_from(ctx: Any, topo: dict[str, Any], environ: Mapping[str, str] | None = None, *,

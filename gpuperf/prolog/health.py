@@ -45,7 +45,7 @@ def _local(cfg: Any, gpus: list[int]) -> list[base.CheckResult]:
     from gpuperf import checks
 
     try:
-        node = checks.read_node(cfg)
+        node = checks.read_node(cfg, once=True)
     except Exception as e:  # noqa: BLE001 - unreadable node: could not check, not unhealthy
         why = f"cannot read the node: {type(e).__name__}: {e}"
         return [base.CheckResult(s.code, "error", why) for s in
