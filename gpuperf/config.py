@@ -126,6 +126,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "host_interval_s": Key(float, 5.0, "per-job CPU/RSS/IO scan interval", validate=_positive),
         "energy_interval_s": Key(float, 600.0, "energy counter read this often between job start and end", validate=_positive),
         "health_interval_s": Key(float, 20.0, "cached fast health checks refreshed this often (below checks.daemon_max_age_s)", validate=_positive),
+        "prolog_fast_path": Key(bool, True, "the prolog hands its steps to the daemon over the hook socket (one round trip)"),
     },
     "env": {
         "enabled": Key(bool, True, "inject environment in the TaskProlog"),
@@ -349,6 +350,16 @@ def _salvage_general(cfg: Config, path: str) -> None:
             cfg.data["general"][key] = _check(path, f"general.{key}", spec, value, None)
         except ConfigError:
             continue
+
+
+def digest(cfg: Config) -> str:
+    """A short fingerprint of the effective settings (file and environment): two processes agree on it
+    exactly when they would act alike (the prolog's fast path checks the daemon's against its own)."""
+    import json
+    import zlib
+
+    text = json.dumps(cfg.data, sort_keys=True, separators=(",", ":"), default=str)
+    return f"{zlib.crc32(text.encode()):08x}-{len(text)}"
 
 
 def _apply_env(cfg: Config) -> Config:

@@ -16,10 +16,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 from gpuperf import config as config_mod
 from gpuperf import jobctx, jobstate, log
+from gpuperf.guard import main_guard  # noqa: F401 - the hooks' entry points import it from here
 
 
 class HookVerdict(Exception):
@@ -31,34 +32,52 @@ class HookVerdict(Exception):
 
 
 class HookState:
-    """What the steps of one hook run share and what is recorded for the job."""
+    """What the steps of one hook run share and what is recorded for the job.
 
-    __slots__ = ("started", "steps", "data")
+    ``env`` is the hook's environment (the process's own, or the one a prolog sent the daemon);
+    ``daemon_down`` tells later steps not to wait for a daemon that already did not answer.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("started", "steps", "data", "env", "daemon_down")
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.started: float = time.time()
         self.steps: dict[str, dict[str, Any]] = {}
         self.data: dict[str, Any] = {}
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.daemon_down: str | None = None
 
 
 Step = "Callable[[jobctx.JobContext, config_mod.Config, HookState], None]"
 
 
-def _resolve(spec: str) -> Step:
+def _resolve(spec: str | Step) -> Step:
+    if callable(spec):
+        return spec
     mod, _, fn = spec.partition(":")
     return getattr(importlib.import_module(mod), fn)
 
 
-def run_hook(name: str, steps: list[tuple[str, str]], env: dict[str, str] | None = None, record: bool = True) -> int:
+def run_hook(name: str, steps: list[tuple[str, str]], env: dict[str, str] | None = None, record: bool = True,
+             state: HookState | None = None) -> int:
     """Run a hook's steps; returns the process exit code (0 unless a step gave a verdict)."""
     cfg = config_mod.load_or_defaults()
     logger = log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=True)
     ctx = jobctx.from_env(name, env)
-    state = HookState()
+    state = state or HookState(env)
     if cfg.degraded:
         # one clear line naming the key; defaults are used and nothing destructive happens
         logger.error("%s; running with defaults, node drain disabled", cfg.error)
         state.data["config_error"] = cfg.error
+    exit_code = run_steps(ctx, cfg, steps, state, logger)
+    if record and ctx.job_id is not None:
+        record_state(ctx, cfg, state, logger)
+    return exit_code
+
+
+def run_steps(ctx: jobctx.JobContext, cfg: config_mod.Config, steps: list[tuple[str, str | Step]],
+              state: HookState, logger: Any) -> int:
+    """Run steps in order (a raising step is recorded, the next still runs); the exit code a verdict set, else 0."""
     exit_code = 0
     for step_name, spec in steps:
         t0 = time.perf_counter()
@@ -74,12 +93,10 @@ def run_hook(name: str, steps: list[tuple[str, str]], env: dict[str, str] | None
             state.steps[step_name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             logger.error("job %s: step %s failed: %s: %s", ctx.job_id, step_name, type(e).__name__, e)
         state.steps[step_name]["ms"] = round((time.perf_counter() - t0) * 1000, 3)
-    if record and ctx.job_id is not None:
-        _record(ctx, cfg, state, logger)
     return exit_code
 
 
-def _record(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookState, logger) -> None:
+def record_state(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookState, logger: Any) -> None:
     """Leave what this hook saw in the job's state dir (tests and the report read it)."""
     suffix = f".{os.getpid()}" if ctx.hook == "taskprolog" else ""
     jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
@@ -115,14 +132,3 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
     for k, v in d.items():
         out[k] = v.to_dict() if hasattr(v, "to_dict") else v
     return out
-
-
-def main_guard(fn: Callable[[], int]) -> int:
-    """Last line of defence for hook entry points: anything escaping is logged and exit 0."""
-    try:
-        return fn()
-    except SystemExit as e:
-        return int(e.code or 0)
-    except BaseException as e:  # noqa: BLE001
-        print(f"gpuperf: internal error, job unaffected: {type(e).__name__}: {e}", file=sys.stderr)
-        return 0

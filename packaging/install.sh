@@ -20,7 +20,8 @@ while [ "$d" != "/" ]; do
   perm=$(stat -c %A "$d"); [ "${perm:9:1}" = "x" ] || [ "${perm:9:1}" = "t" ] || readable=0
   d=$(dirname "$d")
 done
-[ "$readable" = 1 ] && mode=(-e)
+# compat: a plain path in a .pth; the default import finder costs every hook ~10 ms at startup
+[ "$readable" = 1 ] && mode=(--config-settings editable_mode=compat -e)
 "$prefix/venv/bin/pip" install -q --disable-pip-version-check "${mode[@]}" "$here$extras"
 bash "$here/packaging/build-spank.sh" || echo "gpuperf: SPANK plugin not built; gpuperf-run still pins" >&2
 chmod -R o+rX "$prefix"

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 VERSION = 1
 MAX_BYTES = 64 * 1024
 MAX_GPUS = 64
 # ops that change state: only root and SlurmUser may send them
-WRITE_OPS = frozenset({"register", "finalize"})
+WRITE_OPS = frozenset({"register", "finalize", "prolog"})
 READ_OPS = frozenset({"ping", "health", "job", "jobs", "live", "series"})
 OPS = WRITE_OPS | READ_OPS
 
@@ -26,14 +25,17 @@ class ProtocolError(Exception):
     """A request that cannot be served; the message goes back to the caller."""
 
 
-@dataclass
-class Request:
-    """A validated request."""
+MAX_ENV = 256           # variables a prolog request may carry
+MAX_ENV_VALUE = 8192
 
-    op: str
-    job_id: int | None = None
-    job: dict[str, Any] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
+
+class Request:
+    """A validated request (a slotted class: the prolog imports this, and dataclasses costs it ~5 ms)."""
+
+    __slots__ = ("op", "job_id", "job")
+
+    def __init__(self, op: str, job_id: int | None = None, job: dict[str, Any] | None = None):
+        self.op, self.job_id, self.job = op, job_id, job if job is not None else {}
 
 
 def _int(d: dict[str, Any], key: str, lo: int = 0, hi: int = 2**63 - 1, required: bool = False) -> int | None:
@@ -89,6 +91,8 @@ def validate_job(op: str, job: Any) -> dict[str, Any]:
         out["exit_code"] = _int(job, "exit_code", -(2**31), 2**31)
     elif op == "series":
         out["max_points"] = _int(job, "max_points", 1, 100_000) or 500
+    elif op == "prolog":
+        out.update(_prolog_job(job))
     elif op == "health":
         gpus = job.get("gpus")
         if gpus is not None and (not isinstance(gpus, list) or len(gpus) > MAX_GPUS
@@ -97,6 +101,19 @@ def validate_job(op: str, job: Any) -> dict[str, Any]:
         out["gpus"] = gpus
         out["max_age_s"] = _num(job, "max_age_s")
     return out
+
+
+def _prolog_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The prolog op: the hook's environment (Slurm's variables) and the config the hook loaded."""
+    env = job.get("env")
+    if (not isinstance(env, dict) or len(env) > MAX_ENV
+            or any(not isinstance(k, str) or not isinstance(v, str) or len(k) > 256 or len(v) > MAX_ENV_VALUE
+                   for k, v in env.items())):
+        raise ProtocolError(f"job.env must be an object of at most {MAX_ENV} string variables")
+    conf = job.get("config")
+    if not isinstance(conf, dict):
+        raise ProtocolError("job.config must be an object (source, digest)")
+    return {"env": dict(env), "config": {"source": _str(conf, "source", 4096), "digest": _str(conf, "digest", 64)}}
 
 
 def parse_request(frame: bytes) -> Request:

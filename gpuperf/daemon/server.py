@@ -8,6 +8,8 @@ property, which libzmq fills from ``SO_PEERCRED`` on Unix sockets as ``host:uid:
 - ``<user_socket_dir>/user.sock``, directory 0755, socket 0666: read ops for anyone, answered for the
   caller's own jobs only (admins, ``general.admin_users``, see all); write ops (register, finalize)
   only from root or SlurmUser. A caller whose uid cannot be read gets nothing but ``ping``.
+- ``<socket_dir>/hook.sock`` (``hooksock``): the control socket's protocol and rules over a plain
+  SEQPACKET Unix socket, for the prolog's fast path (a fresh process cannot afford to import pyzmq).
 
 The sampling loop ticks every ``interval_s`` (monotonic clock). A sweep that overruns the interval is
 logged and the ticks it covered are skipped, never queued. Sweeps and requests share one thread, so
@@ -35,7 +37,7 @@ import zmq
 from gpuperf import log
 from gpuperf.aggregates import GAP_FACTOR, JobAggregates
 from gpuperf.daemon import deliver as deliver_mod
-from gpuperf.daemon import hostusage, protocol
+from gpuperf.daemon import hooksock, hostusage, protocol
 from gpuperf.daemon.protocol import control_endpoint, user_endpoint
 from gpuperf.daemon.attribution import Attributor, mismatches
 from gpuperf.daemon.pub import Publisher, sample_dict, sweep_message
@@ -90,12 +92,14 @@ def _uid_of(name: str) -> int | None:
 
 def _health_from_checks(cfg: Any) -> Callable[[], list[dict[str, Any]]] | None:
     try:
-        from gpuperf import checks
+        from gpuperf import checks, topology
     except ImportError:
         return None
 
     def run() -> list[dict[str, Any]]:
         node = checks.read_node(cfg)
+        # the prolog steps the daemon runs read the node through load_node_once: as fresh as this read
+        topology.remember(node, topology.node_root(cfg))
         return [r.to_dict() for r in checks.run_fast(node, cfg, [])]
 
     return run
@@ -156,6 +160,7 @@ class Daemon:
             self._threads.append(threading.Thread(target=self._health_loop, name="health", daemon=True))
         for t in self._threads:
             t.start()
+        self._warm_prolog()
         if self.want_metrics:
             from gpuperf.daemon import metrics
 
@@ -165,6 +170,13 @@ class Daemon:
                 self.log.error("metrics: cannot listen on %s:%s: %s", self.cfg.daemon.metrics_address,
                                self.cfg.daemon.metrics_port, e)
         self._publish_view()
+
+    def _warm_prolog(self) -> None:
+        """Import the prolog's steps now, so the first job's prolog does not wait for them."""
+        try:
+            from gpuperf.prolog import affinityplan, envplan, indaemon  # noqa: F401
+        except Exception as e:  # noqa: BLE001 - the fast path then fails per request and the prolog runs it
+            self.log.error("prolog fast path unavailable: %s: %s", type(e).__name__, e)
 
     def _open_store(self) -> Store:
         """The store; a file that is not a usable database is moved aside (kept) and a new one started."""
@@ -220,6 +232,24 @@ class Daemon:
         self.poller = zmq.Poller()
         self.poller.register(self.control, zmq.POLLIN)
         self.poller.register(self.user, zmq.POLLIN)
+        self.hooks: hooksock.Listener | None = None
+        self._hook_fds: set[int] = set()
+        try:
+            self.hooks = hooksock.Listener(self.cfg.daemon.socket_dir)
+        except OSError as e:  # the prolog then uses the control socket, only slower
+            self.log.error("hook socket: cannot bind in %s: %s", self.cfg.daemon.socket_dir, e)
+        self._sync_hook_fds()
+
+    def _sync_hook_fds(self) -> None:
+        """Poll exactly the hook socket's listening fd and its connections waiting for a request."""
+        if self.hooks is None:
+            return
+        want = set(self.hooks.fds())
+        for fd in self._hook_fds - want:
+            self.poller.unregister(fd)
+        for fd in want - self._hook_fds:
+            self.poller.register(fd, zmq.POLLIN)
+        self._hook_fds = want
 
     def _rep(self, endpoint: str) -> zmq.Socket:
         s = self.ctx.socket(zmq.REP)  # type: ignore[union-attr]
@@ -245,6 +275,9 @@ class Daemon:
         if self.ctx is not None:
             for s in (self.control, self.user):
                 s.close(0)
+            if self.hooks is not None:
+                self.hooks.close()
+                self.hooks = None
             if self.pub:
                 self.pub.close()
             self.ctx.term()
@@ -271,7 +304,13 @@ class Daemon:
             # whole milliseconds, rounded up: a sub-millisecond timeout polls with 0 and would spin to the tick
             wait_ms = math.ceil(max(0.0, (next_tick - time.monotonic()) * 1000.0))
             for sock, _ in self.poller.poll(min(wait_ms, 500)):
-                self._serve_one(sock)
+                if isinstance(sock, int):
+                    self._serve_hook(sock)
+                else:
+                    self._serve_one(sock)
+            if self.hooks is not None and self.hooks.conns:
+                self.hooks.expire()
+                self._sync_hook_fds()
             now = time.monotonic()
             if now < next_tick:
                 continue
@@ -313,6 +352,24 @@ class Daemon:
             except zmq.ZMQError:
                 pass
 
+    def _serve_hook(self, fd: int) -> None:
+        got = self.hooks.ready(fd) if self.hooks is not None else None
+        self._sync_hook_fds()
+        if got is None:
+            return
+        conn, frame, uid = got
+        if frame is None:
+            self.stats["requests"] += 1
+            self.stats["bad_requests"] += 1
+            reply = protocol.error(f"request exceeds the {protocol.MAX_BYTES}-byte limit")
+        else:
+            reply = self.handle(frame, uid, "hook")
+        try:
+            data = protocol.encode(reply)
+        except ValueError:
+            data = protocol.encode(protocol.error("reply could not be encoded"))
+        hooksock.Listener.reply(conn, data)
+
     def may_write(self, uid: int | None) -> bool:
         """Root and SlurmUser may register and finalise."""
         return uid is not None and (uid == 0 or uid == self.slurm_uid)
@@ -329,8 +386,8 @@ class Daemon:
         except protocol.ProtocolError as e:
             self.stats["bad_requests"] += 1
             return protocol.error(str(e))
-        if channel == "control" and not self.may_write(uid):
-            return protocol.error(f"refused: uid {uid} may not use the control socket")
+        if channel in ("control", "hook") and not self.may_write(uid):
+            return protocol.error(f"refused: uid {uid} may not use the {channel} socket")
         if req.op in protocol.WRITE_OPS and not self.may_write(uid):
             return protocol.error(f"refused: {req.op} needs root or SlurmUser (caller uid {uid})")
         if uid is None and req.op != "ping":
@@ -359,7 +416,27 @@ class Daemon:
 
     def op_register(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """A job starts on this node (prolog)."""
-        job = req.job
+        return self.register(req.job)
+
+    def op_prolog(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
+        """The prolog's fast path: run its steps here, or say why not (the prolog then runs them)."""
+        from gpuperf.prolog import indaemon
+
+        def register(job: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return self.register(protocol.validate_job("register", job))
+            except protocol.ProtocolError as e:
+                return protocol.error(str(e))
+
+        t0 = time.perf_counter()
+        out = indaemon.run(self.cfg, req.job, self.health, register, now=self.clock())
+        out["daemon_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        if not out["done"]:
+            self.log.info("prolog left to the hook: %s", out["why"])
+        return protocol.ok(**out)
+
+    def register(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Register a validated job (``protocol.validate_job('register', ...)``); idempotent."""
         job_id = int(job["job_id"])
         if job_id in self.running:
             return protocol.ok(job_id=job_id, already=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,31 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
     try:
         ids = slurm.job_cpu_ids(ctx.job_id, ctx.node) if ctx.job_id is not None else None
         # CPU_IDs are Slurm's abstract ids (socket, core, thread order), not the kernel's
-        layout = slurm.node_cpu_layout(ctx.node) if ids and ctx.node else None
+        layout = _node_layout(slurm, cfg, ctx.node) if ids and ctx.node else None
         mapped = affinity.slurm_ids_to_os(affinity.parse_cpu_list(ids), topology, *layout) if layout else None
     except (SlurmError, ValueError):
         mapped = None
     if mapped:
         return mapped, "scontrol"
     return online, "all"
+
+
+LAYOUT_TTL_S = 300.0
+_LAYOUTS: dict[tuple[str, str], tuple[float, Any]] = {}
+
+
+def _node_layout(slurm: Slurm, cfg: Config, node: str) -> Any:
+    """Slurm's CPU layout of the node, remembered a few minutes: it changes only with slurm.conf, and
+    the daemon plans every job's affinity (one scontrol call less per job)."""
+    key = (str(cfg.general.slurm_bin_dir), node)
+    hit = _LAYOUTS.get(key)
+    now = time.monotonic()
+    if hit and now - hit[0] < LAYOUT_TTL_S:
+        return hit[1]
+    layout = slurm.node_cpu_layout(node)
+    if layout:
+        _LAYOUTS[key] = (now, layout)
+    return layout
 
 
 def early_noop(ctx: JobContext, cfg: Config) -> str | None:

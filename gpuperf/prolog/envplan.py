@@ -43,8 +43,26 @@ def count_hosts(nodelist: str | None) -> int | None:
     return total or None
 
 
+ADDRS_TTL_S = 300.0
+_ADDRS: dict[tuple[str, ...], tuple[float, tuple[str, ...]]] = {}
+
+
 def resolve_addrs(names: list[str], timeout_s: float = 1.0) -> tuple[str, ...]:
-    """Non-loopback IPv4 addresses the names resolve to; () when resolution fails or takes too long."""
+    """Non-loopback IPv4 addresses the names resolve to; () when resolution fails or takes too long.
+
+    A found answer is remembered a few minutes: the daemon plans every job, and a slow resolver must
+    not cost each multi-node job's prolog up to ``timeout_s``."""
+    key = tuple(names)
+    hit = _ADDRS.get(key)
+    if hit and time.monotonic() - hit[0] < ADDRS_TTL_S:
+        return hit[1]
+    addrs = _resolve(names, timeout_s)
+    if addrs:
+        _ADDRS[key] = (time.monotonic(), addrs)
+    return addrs
+
+
+def _resolve(names: list[str], timeout_s: float) -> tuple[str, ...]:
     found: list[str] = []
 
     def work() -> None:

@@ -142,15 +142,13 @@ def wait_and_make_eligible(slurm: Any, job_id: int, timeout_s: float = 150.0, po
     return "Slurm set no begin time in time: left as is"
 
 
-def step(ctx: Any, cfg: Any, state: Any) -> None:
-    """Prolog step: record every result in ``state.data['health']``; drain and requeue on a failure."""
-    t0 = time.perf_counter()
-    results = _from_daemon(cfg, ctx.gpus)
-    source = "daemon"
-    if results is None:
-        results, source = _local(cfg, ctx.gpus), "local"
+def record_results(ctx: Any, state: Any, results: list[base.CheckResult], source: str,
+                   age_s: float | None = None) -> dict[str, Any]:
+    """Record the results in ``state.data['health']`` (and log checks that could not run); the record."""
     rec: dict[str, Any] = {"source": source, "gpus": ctx.gpus, "status": base.worst(results),
                            "results": [r.to_dict() for r in results]}
+    if age_s is not None:
+        rec["age_s"] = round(age_s, 3)
     state.data["health"] = rec
     warnings = [f"{r.code}: {r.detail}" for r in results if r.status == "warn"]
     if warnings:
@@ -159,6 +157,17 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     if errors:
         log.get("checks").warning("job %s: %d checks could not run: %s", ctx.job_id, len(errors),
                                   "; ".join(f"{r.code}: {r.detail}" for r in errors))
+    return rec
+
+
+def step(ctx: Any, cfg: Any, state: Any) -> None:
+    """Prolog step: record every result in ``state.data['health']``; drain and requeue on a failure."""
+    t0 = time.perf_counter()
+    results = None if state.daemon_down else _from_daemon(cfg, ctx.gpus)
+    source = "daemon"
+    if results is None:
+        results, source = _local(cfg, ctx.gpus), "local"
+    rec = record_results(ctx, state, results, source)
     failing = [r for r in results if r.status == "fail"]
     try:
         if failing:

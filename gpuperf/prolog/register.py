@@ -6,7 +6,6 @@ marker in ``<state_dir>/pending/`` lets the daemon register it when it comes bac
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Mapping
 
@@ -34,8 +33,10 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     """Register the job; never fails the job."""
     if ctx.job_id is None:
         return
-    job = registration(ctx, os.environ)
+    job = registration(ctx, state.env)
     try:
+        if state.daemon_down:
+            raise client.DaemonUnavailable(state.daemon_down)  # asked once this run already: do not wait twice
         reply = client.call(cfg, "register", job)
     except client.DaemonUnavailable as e:
         marker = deliver.write_pending(cfg.general.state_dir, "register", job, ctx.to_dict())

@@ -82,6 +82,12 @@ def load_node_once(root: str | None = None, health: bool = True) -> Node:
     return node
 
 
+def remember(node: Node, root: str | None = None) -> None:
+    """Make ``node`` (read with health state) what ``load_node_once`` returns for ``root`` from now on:
+    the daemon refreshes it with every health check, so the prolog steps it runs see a fresh node."""
+    _ONCE[(root or None, True)] = node
+
+
 def node_root(cfg: Any = None) -> str:
     """The configured node root: ``cfg.general.node_root`` (which already honours $GPUPERF_SYSFS_ROOT), else the env."""
     if cfg is not None:

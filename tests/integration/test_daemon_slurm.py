@@ -9,6 +9,7 @@ Run with ``GPUPERF_TEST_CLUSTER=daemon`` beside other engineers' clusters.
 from __future__ import annotations
 
 import json
+import pwd
 import signal
 import subprocess
 import sys
@@ -94,10 +95,20 @@ def test_prolog_registers_and_epilog_finalises(daemon_cluster):
     c = daemon_cluster
     p = _start(c)
     try:
-        job = c.sbatch("sleep 3\n", "--gres=gpu:2")
+        job = c.sbatch("sleep 3\n", "--gres=gpu:2", user=c.user)
         assert c.wait(job) == "COMPLETED"
         prolog = c.job_record(job, "prolog")
         assert prolog["data"]["register"]["ok"] is True, prolog
+        if RECORDINGS:
+            # the real daemon has a fresh health result: it ran the prolog's steps (the fast path)
+            assert prolog["data"].get("via") == "daemon", prolog["data"].get("fast_path")
+            assert prolog["data"]["health"]["source"] == "daemon" and prolog["data"]["health"]["status"] in ("ok", "warn")
+            assert all(st["ok"] for st in prolog["steps"].values()), prolog["steps"]
+            jdir = c.run_dir / "jobs" / str(job)
+            env_cache = jdir / "env.json"
+            assert env_cache.stat().st_uid == pwd.getpwnam(c.user).pw_uid
+            assert json.loads(env_cache.read_text())["job_id"] == job
+            assert f"job={job} " in (jdir / "affinity.plan").read_text()
         epilog = c.wait_record(job, "epilog")
         assert epilog["data"]["finalize"]["ok"] is True, epilog
         a = _aggregates(c, job)

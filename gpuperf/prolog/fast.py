@@ -1,0 +1,58 @@
+"""The prolog's fast path: hand the job to the node daemon in one request over the hook socket.
+
+Imports only the config and the standard library (no pyzmq, no logging: together they cost a fresh
+process more than half of the prolog's 50 ms budget). The daemon runs the prolog's steps
+(``gpuperf.prolog.indaemon``) or declines with a reason; then, as when no daemon answers, the
+prolog runs every step itself (``gpuperf.prolog.STEPS``) and records why the fast path was not taken.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+# what the prolog's steps read from the hook's environment (jobctx, register, envplan)
+ENV_PREFIXES = ("SLURM_", "SLURMD_", "SPANK_", "_SLURM_SPANK_OPTION_", "GPUPERF")
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES",)
+
+
+def hook_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of the hook's environment the daemon needs to run the prolog for this job."""
+    return {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
+
+
+class Outcome:
+    """What the fast path did: ``exit_code`` when the daemon ran the prolog, else ``why`` not."""
+
+    __slots__ = ("exit_code", "why", "daemon_down")
+
+    def __init__(self, exit_code: int | None = None, why: str | None = None, daemon_down: bool = False):
+        self.exit_code, self.why, self.daemon_down = exit_code, why, daemon_down
+
+
+def try_daemon(environ: Mapping[str, str]) -> Outcome:
+    """Ask the daemon to run this prolog; never raises for a daemon that is absent, slow or refusing."""
+    import os
+
+    from gpuperf import config
+    from gpuperf.daemon import hooksock
+    from gpuperf.daemon.protocol import VERSION
+
+    cfg = config.load_or_defaults()
+    if cfg.degraded:
+        return Outcome(why="broken config")
+    if not cfg.daemon.prolog_fast_path:
+        return Outcome(why="daemon.prolog_fast_path = false")
+    if not os.path.exists(hooksock.path_of(cfg.daemon.socket_dir)):
+        return Outcome(why="no daemon hook socket")  # no daemon: the full prolog, without waiting
+    msg: dict[str, Any] = {"v": VERSION, "op": "prolog",
+                           "job": {"env": hook_env(environ), "config": {"source": cfg.source, "digest": config.digest(cfg)}}}
+    try:
+        reply = hooksock.call(cfg.daemon.socket_dir, msg, float(cfg.daemon.request_timeout_s))
+    except hooksock.HookSocketUnavailable as e:
+        return Outcome(why=f"daemon unavailable: {e}", daemon_down=True)
+    if not reply.get("ok"):
+        return Outcome(why=f"daemon refused: {reply.get('error')}")
+    if not reply.get("done"):
+        return Outcome(why=str(reply.get("why")))
+    code = reply.get("exit_code")
+    return Outcome(exit_code=code if isinstance(code, int) and not isinstance(code, bool) else 0)
