@@ -68,7 +68,8 @@ class BenchDaemon:
         self.base = Path(tempfile.mkdtemp(prefix="gpuperf-bench-"))
         self.cfg_path = write_config(self.base, backend, interval_s, extra)
         self.cfg = config.load(str(self.cfg_path))
-        env = dict(os.environ, GPUPERF_CONFIG=str(self.cfg_path), PYTHONPATH=str(ROOT))
+        env = dict(os.environ, GPUPERF_CONFIG=str(self.cfg_path),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         self.proc = subprocess.Popen([sys.executable, "-m", "gpuperf.cli", "daemon"], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         end = time.time() + 60

@@ -61,7 +61,7 @@ def main() -> int:
             whole, steps, via = [], {}, set()
             for i in range(args.runs):
                 job = first_job + i
-                env = {"GPUPERF_CONFIG": str(cfg_path), "PYTHONPATH": str(ROOT), "SLURM_JOB_ID": str(job),
+                env = {"GPUPERF_CONFIG": str(cfg_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "SLURM_JOB_ID": str(job),
                        "SLURM_JOB_UID": "0", "SLURM_JOB_USER": "root", "SLURM_JOB_GPUS": "0,1",
                        "SLURMD_NODENAME": "bench", "SLURM_JOB_CPUS_PER_NODE": "8", "PATH": os.environ.get("PATH", "")}
                 w = time.perf_counter()
