@@ -260,6 +260,13 @@ class HostAggregate:
     net_start: dict[str, list[float]] = field(default_factory=dict)  # nic -> [rx_bytes, tx_bytes]
     net_last: dict[str, list[float]] = field(default_factory=dict)
     iowait_known: bool = True        # False where the kernel keeps no delay accounting
+    cgroup: str | None = None        # the job's CPU-counter cgroup directory, once found (jobcgroup)
+    cgroup_cpu_s: float | None = None
+
+    def update_cgroup(self, cpu_s: float | None) -> None:
+        """Fold a reading of the job cgroup's CPU counter (it only grows; a gone cgroup keeps the last)."""
+        if cpu_s is not None and (self.cgroup_cpu_s is None or cpu_s > self.cgroup_cpu_s):
+            self.cgroup_cpu_s = cpu_s
 
     def update_procs(self, procs: dict[str, tuple[float, float, int]], rss_mib: float | None) -> None:
         """Fold a scan of the job's live processes: key -> (cpu_s, iowait_s, ppid), RSS summed over them.
@@ -288,9 +295,19 @@ class HostAggregate:
             self.net_last[nic] = [float(rx), float(tx)]
 
     @property
-    def cpu_time_s(self) -> float:
-        """CPU time (user+system) of the job's processes, exited ones included."""
+    def procs_cpu_s(self) -> float:
+        """CPU time (user+system) the process scans saw, exited processes included."""
         return self.exited_cpu_s + sum(v[0] for v in self.live.values())
+
+    @property
+    def cpu_time_s(self) -> float:
+        """The job's CPU time: the larger of the cgroup's counter and the process scans (both can only miss time)."""
+        return max(self.procs_cpu_s, self.cgroup_cpu_s or 0.0)
+
+    @property
+    def cpu_source(self) -> str:
+        """Where cpu_time_s came from: 'cgroup' or 'processes'."""
+        return "cgroup" if self.cgroup_cpu_s is not None and self.cgroup_cpu_s >= self.procs_cpu_s else "processes"
 
     @property
     def iowait_s(self) -> float:
@@ -306,7 +323,8 @@ class HostAggregate:
             rx0, tx0 = self.net_start.get(nic, (rx, tx))
             # a counter that went backwards (reset) gives None, never a negative number
             net[nic] = {"rx_bytes": rx - rx0 if rx >= rx0 else None, "tx_bytes": tx - tx0 if tx >= tx0 else None}
-        return {"cpu_time_s": self.cpu_time_s, "cpus_allocated": self.cpus_allocated, "wall_s": wall_s,
+        return {"cpu_time_s": self.cpu_time_s, "cpu_source": self.cpu_source, "cpu_time_procs_s": self.procs_cpu_s,
+                "cpus_allocated": self.cpus_allocated, "wall_s": wall_s,
                 "rss_peak_mib": self.rss_peak_mib, "iowait_s": io,
                 "iowait_pct": 100.0 * io / busy if io is not None and busy > 0 else None,
                 "net_bytes": net}
@@ -315,7 +333,8 @@ class HostAggregate:
         """Full state as plain data."""
         return {"cpus_allocated": self.cpus_allocated, "exited_cpu_s": self.exited_cpu_s,
                 "exited_iowait_s": self.exited_iowait_s, "live": self.live, "rss_peak_mib": self.rss_peak_mib,
-                "net_start": self.net_start, "net_last": self.net_last, "iowait_known": self.iowait_known}
+                "net_start": self.net_start, "net_last": self.net_last, "iowait_known": self.iowait_known,
+                "cgroup": self.cgroup, "cgroup_cpu_s": self.cgroup_cpu_s}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> "HostAggregate":
@@ -324,7 +343,8 @@ class HostAggregate:
                    exited_iowait_s=float(d["exited_iowait_s"]), live={k: list(v) for k, v in d["live"].items()},
                    rss_peak_mib=d["rss_peak_mib"], net_start={k: list(v) for k, v in d["net_start"].items()},
                    net_last={k: list(v) for k, v in d["net_last"].items()},
-                   iowait_known=bool(d.get("iowait_known", True)))
+                   iowait_known=bool(d.get("iowait_known", True)), cgroup=d.get("cgroup"),
+                   cgroup_cpu_s=d.get("cgroup_cpu_s"))
 
 
 @dataclass

@@ -16,7 +16,7 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
                "sm_clock_mhz"}],
      "job": {the same quantities over all GPUs, "gpu_count", "gpu_hours", "wasted_gpu_hours",
              "sm_active_spread_pct", "util_spread_pct"},
-     "hosts": {node: {"cpu_efficiency_pct", "cpu_time_s", "cpus_allocated", "rss_peak_mib", "iowait_pct"}},
+     "hosts": {node: {"cpu_efficiency_pct", "cpu_time_s", "cpu_source", "cpus_allocated", "rss_peak_mib", "iowait_pct"}},
      "env": {node: {...}}, "affinity": {node: {...}},
      "estimates": {"label", "model", "source", "peak_tensor_tflops", "tensor_tflops_upper", ...},
      "quality": {"samples", "gaps", "gap_s", "partial", "reasons": [..], "nodes_expected", "nodes_missing"},
@@ -202,7 +202,8 @@ def host_summary(host: dict | None) -> dict[str, Any]:
     host = host or {}
     cpu_s, ncpu, wall = _num(host.get("cpu_time_s")), _num(host.get("cpus_allocated")), _num(host.get("wall_s"))
     eff = 100.0 * cpu_s / (ncpu * wall) if cpu_s is not None and ncpu and wall else None
-    out = {"cpu_efficiency_pct": _r(eff), "cpu_time_s": _r(cpu_s), "cpus_allocated": None if ncpu is None else int(ncpu),
+    out = {"cpu_efficiency_pct": _r(eff), "cpu_time_s": _r(cpu_s), "cpu_source": host.get("cpu_source"),
+           "cpus_allocated": None if ncpu is None else int(ncpu),
            "wall_s": _r(wall), "rss_peak_mib": _r(_num(host.get("rss_peak_mib")), 0),
            "iowait_pct": _r(_num(host.get("iowait_pct")))}
     net = host.get("net_bytes") or {}

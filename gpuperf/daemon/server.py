@@ -37,7 +37,7 @@ import zmq
 from gpuperf import log
 from gpuperf.aggregates import GAP_FACTOR, JobAggregates
 from gpuperf.daemon import deliver as deliver_mod
-from gpuperf.daemon import hooksock, hostusage, protocol
+from gpuperf.daemon import hooksock, hostusage, jobcgroup, protocol
 from gpuperf.daemon.protocol import control_endpoint, user_endpoint
 from gpuperf.daemon.attribution import Attributor, mismatches
 from gpuperf.daemon.pub import Publisher, sample_dict, sweep_message
@@ -677,10 +677,26 @@ class Daemon:
         io_known = hostusage.delay_accounting(self.attr.proc_root)
         for jid, rj in self.running.items():
             u = usage.get(jid)
-            rj.agg.host.iowait_known = rj.agg.host.iowait_known and io_known
+            host = rj.agg.host
+            host.iowait_known = host.iowait_known and io_known
             if u is not None and u.procs:
-                rj.agg.host.update_procs(u.procs, u.rss_mib)
-            rj.agg.host.update_net(net)
+                host.update_procs(u.procs, u.rss_mib)
+                if host.cgroup is None:
+                    host.cgroup = self._job_cgroup(u.procs)
+            if host.cgroup is not None:
+                host.update_cgroup(jobcgroup.read_cpu_s(host.cgroup))
+            host.update_net(net)
+
+    def _job_cgroup(self, procs: dict[str, Any]) -> str | None:
+        """The job's CPU-counter cgroup, found from one of its live processes (None: not tracked by cgroup)."""
+        for key in procs:
+            try:
+                with open(os.path.join(self.attr.proc_root, key.split(":", 1)[0], "cgroup")) as f:
+                    found = jobcgroup.locate(f.read(), self.attr.cgroup_root)
+            except OSError:
+                continue
+            return found
+        return None
 
     def _sys_root(self) -> str:
         root = self.cfg.general.node_root

@@ -132,7 +132,8 @@ def _totals(s: dict) -> Table:
     t.add_row("Idle", f"{job.get('idle_s') or 0:.0f} GPU-s without a kernel ({_pct(job.get('idle_pct'))})")
     for node, h in (s.get("hosts") or {}).items():
         rss = "n/a" if h.get("rss_peak_mib") is None else f"{h['rss_peak_mib']:.0f} MiB"
-        t.add_row(f"Host {node}", f"CPU efficiency {_pct(h.get('cpu_efficiency_pct'))} of {h.get('cpus_allocated') or '?'} CPUs, "
+        src = f" (from the {h['cpu_source']})" if h.get("cpu_source") == "cgroup" else ""
+        t.add_row(f"Host {node}", f"CPU efficiency {_pct(h.get('cpu_efficiency_pct'))} of {h.get('cpus_allocated') or '?'} CPUs{src}, "
                                   f"RSS peak {rss}, I/O wait {_pct(h.get('iowait_pct'))}")
     e = s.get("estimates") or {}
     if e.get("model"):

@@ -203,7 +203,8 @@ def slurm_conf(l: Layout) -> str:
         f"AccountingStoragePort={l.dbd_port}",
         "AccountingStorageTRES=gres/gpu",
         "AccountingStorageEnforce=associations",
-        "JobAcctGatherType=jobacct_gather/linux",
+        # with Slurm's cgroups, account through them too (the cpuacct hierarchy gpuperf reads job CPU from)
+        f"JobAcctGatherType=jobacct_gather/{'cgroup' if l.cgroup else 'linux'}",
         "JobAcctGatherFrequency=30",
         "JobCompType=jobcomp/none",
         f"FirstJobId={l.first_job_id}",

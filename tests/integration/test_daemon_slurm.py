@@ -183,3 +183,31 @@ def test_user_sees_only_own_jobs_in_top(daemon_cluster):
     assert sorted(j["job_id"] for j in root_view["jobs"]) == sorted(jobs)
     my_gpus = user_view["jobs"][0]["gpus"]
     assert [g["gpu"] for g in user_view["gpus"]] == my_gpus and len(root_view["gpus"]) == 4
+
+
+BURSTS = 4  # steps of 0.8 s of CPU each, shorter than the daemon's host scan interval
+
+
+def test_job_cpu_time_from_the_job_cgroup(daemon_cluster):
+    """Steps that start and end between two process scans: only the job's cgroup counter sees them."""
+    c = daemon_cluster
+    if not c.layout.cgroup:
+        pytest.skip("Slurm's cgroup plugins are not used on this instance (multi-node or no cgroup v1)")
+    cfg = c.gpuperf_config()
+    cfg["daemon"]["host_interval_s"] = 3.0
+    c.write_gpuperf_config(cfg)
+    p = _start(c)
+    try:
+        burst = "srun -n1 timeout 0.8 sh -c 'while :; do :; done'\n"
+        job = c.sbatch(burst * BURSTS + "sleep 4\n", "--gres=gpu:1", user=c.user)
+        assert c.wait(job) == "COMPLETED"
+        a = _aggregates(c, job)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10)
+    host = a["host"]
+    assert host["cpu_source"] == "cgroup", host
+    # about BURSTS x 0.8 s of busy loops (a burst may be cut short by its step's start-up)
+    assert 0.6 * BURSTS * 0.8 <= host["cpu_time_s"] <= BURSTS * 0.8 + 2.0, host
+    # the process scans (every 3 s) saw at most two of the short steps while they ran
+    assert host["cpu_time_s"] - host["cpu_time_procs_s"] >= 1.0, host
