@@ -5,11 +5,20 @@ Waits at most ``controller.merge_wait_s`` for a summary from every node of the j
 partial and are named in it. The AdminComment goes through ``sacctmgr`` because scontrol
 refuses finished jobs (FACTS.md); the job reaches the database a little after it ends, so the
 write is retried for ``controller.admin_comment_wait_s``.
+
+Slurm keeps the job COMPLETING, holding its nodes, while EpilogSlurmctld runs (docs/SLURM_NOTES.md),
+so the hook does not wait: it starts a detached worker (``python -m gpuperf.epilog.merge``, its own
+session, so slurmctld neither waits for nor kills it) and returns. The worker records what it did in
+``<run_dir>/jobs/<id>/merge.json`` (same shape as a hook record, step ``merge``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import time
 
 from gpuperf import admincomment, log
@@ -87,8 +96,39 @@ def finish(cfg, store: clusterstore.ClusterStore, job_id: int, expected: list[st
     return merged
 
 
+def run_merge(cfg, job_id: int, nodes: list[str], ident: dict) -> dict:
+    """Wait for the nodes (bounded), merge, store, write the AdminComment; what happened."""
+    t0 = time.monotonic()
+    with clusterstore.ClusterStore(clusterstore.default_path(cfg)) as store:
+        # without a collector no summary can arrive: merge at once rather than wait for nothing
+        wait_s = cfg.controller.merge_wait_s if collector_listening(cfg) else 0.0
+        if wait_s == 0.0:
+            log.get("merge").warning("job %s: no collector on port %s; merging without waiting",
+                                     job_id, cfg.controller.port)
+        found = wait_for_nodes(store, job_id, nodes, wait_s)
+        merged = finish(cfg, store, job_id, nodes, ident)
+    return {"nodes": nodes, "reported": sorted(found), "waited_s": round(time.monotonic() - t0, 2),
+            "partial": merged["quality"]["partial"], "class": merged["diagnosis"]["class"]}
+
+
+MERGE_RECORD = "merge"
+
+
+def _spawn_worker(job_id: int, nodes: list[str], ident: dict) -> int | None:
+    """Start the detached merge worker; its pid, or None when it could not start."""
+    arg = json.dumps({"job_id": job_id, "nodes": nodes, "ident": ident})
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "gpuperf.epilog.merge", arg], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                             close_fds=True)  # slurmctld must not wait on its pipes
+    except OSError as e:
+        log.get("merge").warning("job %s: merge worker not started (%s): merging in the hook", job_id, e.strerror)
+        return None
+    return p.pid
+
+
 def step(ctx, cfg, state) -> None:
-    """The EpilogSlurmctld step (runs as SlurmUser on the controller)."""
+    """The EpilogSlurmctld step (runs as SlurmUser on the controller): hand the merge to a worker."""
     if ctx.job_id is None:
         return
     slurm = Slurm(cfg.general.slurm_bin_dir)
@@ -97,14 +137,46 @@ def step(ctx, cfg, state) -> None:
         state.data["merge"] = {"skipped": "job allocated no GPUs"}
         return
     nodes = slurm.hostnames(ctx.nodelist) if ctx.nodelist else []
-    t0 = time.monotonic()
-    with clusterstore.ClusterStore(clusterstore.default_path(cfg)) as store:
-        # without a collector no summary can arrive: merge at once rather than hold slurmctld's epilog
-        wait_s = cfg.controller.merge_wait_s if collector_listening(cfg) else 0.0
-        if wait_s == 0.0:
-            log.get("merge").warning("job %s: no collector on port %s; merging without waiting",
-                                     ctx.job_id, cfg.controller.port)
-        found = wait_for_nodes(store, ctx.job_id, nodes, wait_s)
-        merged = finish(cfg, store, ctx.job_id, nodes, {"user": ctx.user, "uid": ctx.uid})
-    state.data["merge"] = {"nodes": nodes, "reported": sorted(found), "waited_s": round(time.monotonic() - t0, 2),
-                           "partial": merged["quality"]["partial"], "class": merged["diagnosis"]["class"]}
+    ident = {"user": ctx.user, "uid": ctx.uid}
+    pid = _spawn_worker(ctx.job_id, nodes, ident)
+    if pid is not None:
+        state.data["merge"] = {"deferred": f"{MERGE_RECORD}.json", "worker_pid": pid, "nodes": nodes}
+        return
+    state.data["merge"] = run_merge(cfg, ctx.job_id, nodes, ident)
+
+
+def _worker(arg: str) -> int:
+    """The detached worker: merge one job and leave ``merge.json``; never raises."""
+    from gpuperf import config, jobstate
+
+    cfg = config.load_or_defaults()
+    logger = log.setup("merge", cfg.general.log_file, cfg.general.log_level, stderr=False)
+    started = time.time()
+    t0 = time.perf_counter()
+    try:
+        req = json.loads(arg)
+        job_id, nodes, ident = int(req["job_id"]), [str(n) for n in req["nodes"]], dict(req["ident"])
+    except (ValueError, KeyError, TypeError) as e:
+        logger.error("merge worker: bad argument %r: %s", arg[:200], e)
+        return 2
+    rec: dict = {"context": {"hook": MERGE_RECORD, "job_id": job_id, "pid": os.getpid()}, "started": started}
+    try:
+        rec["data"] = {"merge": run_merge(cfg, job_id, nodes, ident)}
+        rec["steps"] = {"merge": {"ok": True}}
+    except Exception as e:  # noqa: BLE001 - recorded and logged; the job is long gone
+        rec["data"] = {"merge": {"error": f"{type(e).__name__}: {e}"}}
+        rec["steps"] = {"merge": {"ok": False, "error": f"{type(e).__name__}: {e}"}}
+        logger.error("job %s: merge failed: %s: %s", job_id, type(e).__name__, e)
+    rec["steps"]["merge"]["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    try:
+        jobstate.write_json(jobstate.job_dir(cfg.general.run_dir, job_id) / f"{MERGE_RECORD}.json", rec)
+    except OSError as e:
+        logger.warning("job %s: cannot record the merge: %s", job_id, e.strerror)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python -m gpuperf.epilog.merge JSON   (started by gpuperf-epilog-slurmctld)", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(_worker(sys.argv[1]))

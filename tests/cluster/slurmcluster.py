@@ -447,7 +447,7 @@ class SlurmCluster:
         return ["/usr/bin/nsenter", f"--net=/run/netns/{ns}", *argv] if ns else list(argv)
 
     def _record_dir(self, job_id: int, node: str | None, hook: str) -> Path:
-        if hook == "epilog-slurmctld":
+        if hook in ("epilog-slurmctld", "merge"):  # the controller's (merge: the EpilogSlurmctld's worker)
             node = None
         elif node is None:
             node = self.node_names[0]
