@@ -288,7 +288,13 @@ def read_job_files(job_dir: str | Path | None) -> tuple[dict | None, dict | None
     if not job_dir:
         return None, None
     d = Path(job_dir)
-    env = env_view(jobstate.read_json(d / "env.json"))
+    try:
+        # the env part's own reader: per-task values (OMP_NUM_THREADS...) as the tasks exported them
+        from gpuperf.prolog.envplan import report as env_report
+
+        env = env_view(env_report(d))
+    except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
+        env = env_view(jobstate.read_json(d / "env.json"))
     try:
         # the affinity part's own reader: what the tasks applied, else the prolog's plan
         from gpuperf.prolog.affinityplan import report as affinity_report

@@ -79,6 +79,19 @@ def test_env_and_affinity_are_read_from_the_job_dir_and_absence_is_fine(tmp_path
     assert empty["env"] == {} and empty["affinity"] == {}
 
 
+def test_per_task_env_values_come_from_what_the_tasks_exported(tmp_path):
+    d = tmp_path / "jobs" / "43"
+    jobstate.write_json(d / "env.json", {"schema": "gpuperf.envplan.v1", "job_id": 43, "disabled": None, "skipped": [],
+                                         "vars": [{"name": "OMP_NUM_THREADS", "value": "", "reason": "CPUs per GPU",
+                                                   "rule": "omp", "nccl_below": None, "per_task": "omp_threads"}]})
+    s = summary.node_summary(aggregates(ngpus=1), {"job_id": 43, "node": "n1", "job_dir": str(d)})
+    assert s["env"]["n1"]["vars"]["OMP_NUM_THREADS"]["value"] == "(per task)"   # no task ran
+    jobstate.write_json(d / "env" / "step-0.json", {"step": "0", "exported": [["OMP_NUM_THREADS", "6"]],
+                                                     "user_kept": [], "user_forced": {}})
+    s = summary.node_summary(aggregates(ngpus=1), {"job_id": 43, "node": "n1", "job_dir": str(d)})
+    assert s["env"]["n1"]["vars"]["OMP_NUM_THREADS"] == {"value": "6", "reason": "CPUs per GPU"}
+
+
 def test_estimates_use_the_model_peak_and_say_they_are_estimates():
     s = summary.node_summary(aggregates(ngpus=1, tensor_active_pct=50.0, fp32_active_pct=0.0, dram_active_pct=10.0),
                              context())
