@@ -7,8 +7,8 @@ control socket's (``protocol``, ``Daemon.handle``); the socket lives in the same
 directory, and the caller's uid comes from ``SO_PEERCRED``. Each connection carries one request
 and one reply; SEQPACKET keeps message boundaries, so there is no framing of our own.
 
-Client side imports only the standard library (``call``), server side (``Listener``) is driven
-by the daemon's poll loop and never blocks it: a connection that sends nothing in time is closed.
+Client side (``call``) needs only the standard library and ``protocol``, server side (``Listener``)
+is driven by the daemon's poll loop and never blocks it: a connection that sends nothing in time is closed.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import struct
 import time
 from typing import Any
 
+from gpuperf.daemon import protocol
+
 SOCKET_NAME = "hook.sock"
-MAX_BYTES = 64 * 1024               # protocol.MAX_BYTES (not imported: the client stays light)
+MAX_BYTES = protocol.MAX_BYTES
 RECV_BYTES = MAX_BYTES + 1          # one byte more: a longer message is seen as too long, not cut
 REPLY_MAX_BYTES = 1024 * 1024
 CONN_DEADLINE_S = 1.0               # a connection that sends nothing in this time is dropped
@@ -38,10 +40,10 @@ def path_of(socket_dir: str) -> str:
     return os.path.join(socket_dir, SOCKET_NAME)
 
 
-def call(socket_dir: str, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    """Send one request message, return the decoded reply; HookSocketUnavailable when none comes."""
+def call(socket_dir: str, op: str, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """Send one request, return the decoded reply; HookSocketUnavailable when none comes."""
     path = path_of(socket_dir)
-    frame = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    frame = protocol.encode(protocol.request(op, job))
     deadline = time.monotonic() + timeout_s
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -60,8 +62,8 @@ def call(socket_dir: str, message: dict[str, Any], timeout_s: float) -> dict[str
         reply = json.loads(data)
     except ValueError:
         raise HookSocketUnavailable(f"{path}: reply is not JSON") from None
-    if not isinstance(reply, dict):
-        raise HookSocketUnavailable(f"{path}: reply is not an object")
+    if not isinstance(reply, dict) or reply.get("v") != protocol.VERSION:
+        raise HookSocketUnavailable(f"{path}: reply of an unknown protocol version")
     return reply
 
 

@@ -344,13 +344,21 @@ class Daemon:
         else:
             reply = self.handle(frames[0].bytes, uid, channel)
         try:
-            sock.send(protocol.encode(reply))
-        except (zmq.ZMQError, ValueError) as e:
+            sock.send(self._reply_bytes(reply))
+        except zmq.ZMQError as e:
             self.log.warning("cannot send reply: %s", e)
-            try:
-                sock.send(protocol.encode(protocol.error("reply could not be encoded")))
+            try:  # a REP socket must answer before it can receive again: try the short error reply
+                sock.send(protocol.encode(protocol.error("reply could not be sent")))
             except zmq.ZMQError:
                 pass
+
+    def _reply_bytes(self, reply: dict[str, Any]) -> bytes:
+        """The encoded reply; an error reply when it cannot be encoded (every request gets an answer)."""
+        try:
+            return protocol.encode(reply)
+        except ValueError as e:
+            self.log.warning("cannot encode reply: %s", e)
+            return protocol.encode(protocol.error("reply could not be encoded"))
 
     def _serve_hook(self, fd: int) -> None:
         got = self.hooks.ready(fd) if self.hooks is not None else None
@@ -364,11 +372,7 @@ class Daemon:
             reply = protocol.error(f"request exceeds the {protocol.MAX_BYTES}-byte limit")
         else:
             reply = self.handle(frame, uid, "hook")
-        try:
-            data = protocol.encode(reply)
-        except ValueError:
-            data = protocol.encode(protocol.error("reply could not be encoded"))
-        hooksock.Listener.reply(conn, data)
+        hooksock.Listener.reply(conn, self._reply_bytes(reply))
 
     def may_write(self, uid: int | None) -> bool:
         """Root and SlurmUser may register and finalise."""

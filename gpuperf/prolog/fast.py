@@ -8,7 +8,7 @@ prolog runs every step itself (``gpuperf.prolog.STEPS``) and records why the fas
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 # what the prolog's steps read from the hook's environment (jobctx, register, envplan)
 ENV_PREFIXES = ("SLURM_", "SLURMD_", "SPANK_", "_SLURM_SPANK_OPTION_", "GPUPERF")
@@ -35,7 +35,6 @@ def try_daemon(environ: Mapping[str, str]) -> Outcome:
 
     from gpuperf import config
     from gpuperf.daemon import hooksock
-    from gpuperf.daemon.protocol import VERSION
 
     cfg = config.load_or_defaults()
     if cfg.degraded:
@@ -44,10 +43,9 @@ def try_daemon(environ: Mapping[str, str]) -> Outcome:
         return Outcome(why="daemon.prolog_fast_path = false")
     if not os.path.exists(hooksock.path_of(cfg.daemon.socket_dir)):
         return Outcome(why="no daemon hook socket")  # no daemon: the full prolog, without waiting
-    msg: dict[str, Any] = {"v": VERSION, "op": "prolog",
-                           "job": {"env": hook_env(environ), "config": {"source": cfg.source, "digest": config.digest(cfg)}}}
+    job = {"env": hook_env(environ), "config": {"source": cfg.source, "digest": config.digest(cfg)}}
     try:
-        reply = hooksock.call(cfg.daemon.socket_dir, msg, float(cfg.daemon.request_timeout_s))
+        reply = hooksock.call(cfg.daemon.socket_dir, "prolog", job, float(cfg.daemon.request_timeout_s))
     except hooksock.HookSocketUnavailable as e:
         return Outcome(why=f"daemon unavailable: {e}", daemon_down=True)
     if not reply.get("ok"):
