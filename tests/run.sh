@@ -4,4 +4,4 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bash "$here/packaging/install.sh" --test
 cd "$here"
-exec /opt/gpuperf/venv/bin/python -m pytest -q -ra -p no:cacheprovider tests "$@"
+exec "${GPUPERF_PREFIX:-/opt/gpuperf}/venv/bin/python" -m pytest -q -ra -p no:cacheprovider tests "$@"

@@ -91,7 +91,7 @@ class SlurmCluster:
     def env(self) -> dict[str, str]:
         """What a Slurm or gpuperf command needs to talk to this instance."""
         return {"SLURM_CONF": str(self.layout.slurm_conf), "GPUPERF_CONFIG": str(self.layout.gpuperf_conf),
-                "PATH": "/opt/gpuperf/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+                "PATH": f"{sc.VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"}
 
     def _daemon_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}

@@ -8,6 +8,7 @@ the private subnet of a multi-node instance. Nothing here touches the system.
 from __future__ import annotations
 
 import json
+import os
 import re
 import zlib
 from dataclasses import dataclass
@@ -17,7 +18,9 @@ from typing import Any
 from gpuperf import config as gpuperf_config
 
 ROOT = Path("/tmp")
-VENV_BIN = Path("/opt/gpuperf/venv/bin")
+# GPUPERF_PREFIX: where tests/run.sh installed gpuperf (default /opt/gpuperf; parallel checkouts use their own)
+PREFIX = Path(os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf"))
+VENV_BIN = PREFIX / "venv" / "bin"
 HOOKS = {  # wrapper name in <dir>/hooks -> gpuperf entry point
     "prolog": "gpuperf-prolog",
     "epilog": "gpuperf-epilog",

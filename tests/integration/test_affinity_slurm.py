@@ -10,6 +10,7 @@ here (no such node), which also exercises the plugin's "CPUs pinned, memory not"
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -176,7 +177,7 @@ def test_gpuperf_run_applies_the_same_plan_without_the_plugin(spank_cluster):
     with_plugin = plugstack.read_text()
     plugstack.write_text("# gpuperf_spank.so left out: gpuperf-run does the pinning\n")
     try:
-        job = c.sbatch(f"srun -n4 /opt/gpuperf/venv/bin/gpuperf-run {_report(c)}\n", "-n4",
+        job = c.sbatch(f"srun -n4 {os.environ.get('GPUPERF_PREFIX', '/opt/gpuperf')}/venv/bin/gpuperf-run {_report(c)}\n", "-n4",
                        "--gres=gpu:4", f"--export=ALL,GPUPERF_CONFIG={c.gpuperf_config_path}")
         assert c.wait(job) == "COMPLETED", c.job_output(job)
     finally:

@@ -9,6 +9,7 @@ Run with ``GPUPERF_TEST_CLUSTER=daemon`` beside other engineers' clusters.
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import signal
 import subprocess
@@ -54,7 +55,7 @@ def _configure(c) -> dict:
 
 def _start(c) -> subprocess.Popen:
     if RECORDINGS:
-        cmd = ["/opt/gpuperf/venv/bin/gpuperf", "daemon", "--foreground"]
+        cmd = [os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/gpuperf", "daemon", "--foreground"]
     else:
         script = c.dir / "scripted_daemon.py"
         script.write_text(SCRIPTED)

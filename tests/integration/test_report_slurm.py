@@ -10,6 +10,7 @@ network namespace, as the node epilog would. Run with ``GPUPERF_TEST_CLUSTER=rep
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from gpuperf.report import clusterstore, fromrecording
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
-PY = "/opt/gpuperf/venv/bin/python"
+PY = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/python"
 RECORDINGS = sorted((ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
 SEND = ("import json, sys\nfrom gpuperf import config\nfrom gpuperf.report import transport\n"
         "cfg = config.load()\ns = json.load(open(sys.argv[1]))\n"
@@ -204,7 +205,7 @@ def test_end_to_end_with_the_node_daemon(slurm_cluster):
     cfg.setdefault("daemon", {}).update(backend=f"replay:{matmul}?loop=1", interval_s=0.2, metrics_port=0,
                                         request_timeout_s=1.0, user_socket_dir=str(c.dir / "run" / "daemon-user"))
     c.write_gpuperf_config(cfg)
-    daemon = subprocess.Popen(["/opt/gpuperf/venv/bin/gpuperf", "daemon", "--foreground"], env=c.env,
+    daemon = subprocess.Popen([os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/gpuperf", "daemon", "--foreground"], env=c.env,
                               stderr=subprocess.PIPE, text=True)
     try:
         loaded = config.load(str(c.gpuperf_config_path))

@@ -22,7 +22,7 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.cluster.slurmcluster import TEST_USER, can_run, ensure_user
 
-GPUPERF = "/opt/gpuperf/venv/bin/gpuperf"
+GPUPERF = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/gpuperf"
 
 
 @pytest.fixture
