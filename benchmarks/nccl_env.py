@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from anywhere without installing gpuperf
 
-from gpuperf import ncclbench as nb  # noqa: E402
+from gpuperf.env import ncclbench as nb  # noqa: E402
 
 BAR = 0.98
 GUIDE_SETS = {"tree": {"NCCL_ALGO": "Tree"}, "ring-simple": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}}

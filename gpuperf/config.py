@@ -73,7 +73,7 @@ def _check_codes(v: list) -> None:
 
 def _env_rules(v: list) -> None:
     # imported here: only a config that has rules pays for the rule module
-    from gpuperf import envrules
+    from gpuperf.env import rules as envrules
 
     envrules.validate(v)
 

@@ -61,7 +61,7 @@ def render_text(plan: Any, explain: bool) -> str:
 def run(args: argparse.Namespace) -> int:
     """Entry of ``gpuperf env``."""
     from gpuperf import config
-    from gpuperf.envrules import RuleError
+    from gpuperf.env.rules import RuleError
 
     cfg = config.load()  # a ConfigError is reported by gpuperf.cli (exit 2)
     if args.root and not os.path.isdir(os.path.join(args.root, "sys")):

@@ -3,7 +3,7 @@
 Opt-in, for admins, on an idle node. The baseline is what gpuperf injects here today; each
 candidate adds one variable to it. A candidate becomes a ``[[env.rules]]`` table only when it
 beats the baseline by more than the run-to-run spread at every size that matters and loses
-nowhere >= 1 MiB (``gpuperf.tuning.decide``); the rule records its evidence.
+nowhere >= 1 MiB (``gpuperf.env.tuning.decide``); the rule records its evidence.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _candidates(args: argparse.Namespace) -> dict[str, dict[str, str]]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``gpuperf tune``."""
-    from gpuperf import envrules, ncclbench as nb, tuning
+    from gpuperf.env import ncclbench as nb, rules as envrules, tuning
 
     try:
         cands = _candidates(args)
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
 def render_rules(winners: list, verdicts: list, info: dict, answer: dict, rounds: int, args: argparse.Namespace) -> str:
     """The rules file: a header saying what was measured, every verdict as a comment, the winning rules."""
-    from gpuperf import envpolicy, envrules, ncclbench as nb
+    from gpuperf.env import ncclbench as nb, policy as envpolicy, rules as envrules
 
     host = socket.gethostname()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

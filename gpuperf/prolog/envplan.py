@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from gpuperf import envpolicy, jobstate, log
-from gpuperf.envpolicy import EnvPlan, JobShape
-from gpuperf.ncclver import nccl_system
+from gpuperf import jobstate, log
+from gpuperf.env import policy as envpolicy
+from gpuperf.env.policy import EnvPlan, JobShape
+from gpuperf.env.ncclver import nccl_system
 from gpuperf.prolog import envtask
 
 
@@ -116,7 +117,7 @@ def _int(v: str | None) -> int | None:
 
 def rules_of(cfg: Any) -> list[Any]:
     """The admin rules of a validated config (validated again: cheap, and a hand-built config may skip it)."""
-    from gpuperf import envrules
+    from gpuperf.env import rules as envrules
 
     return envrules.parse(cfg.env.rules or [])
 

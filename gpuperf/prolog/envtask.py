@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from gpuperf import envpolicy, jobstate
-from gpuperf.envpolicy import EnvPlan
+from gpuperf import jobstate
+from gpuperf.env import policy as envpolicy
+from gpuperf.env.policy import EnvPlan
 
 CACHE = "env.json"
 TASK_DIR = "env"
@@ -41,7 +42,7 @@ def gpus_of_task(environ: Mapping[str, str], fallback: int = 1) -> int:
 
 def version_for_task(cfg: Any, cache: dict[str, Any] | None, environ: Mapping[str, str]):
     """The NCCL the task will most likely load: its environment's, the config's, else the node's."""
-    from gpuperf.ncclver import nccl_from_env
+    from gpuperf.env.ncclver import nccl_from_env
 
     v, src = nccl_from_env(environ)
     if v:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import envpolicy as ep
-from gpuperf.envpolicy import JobShape
+from gpuperf.env import policy as ep
+from gpuperf.env.policy import JobShape
 from gpuperf.prolog import envplan, envtask
 
 NODES = Path(__file__).resolve().parents[1] / "data" / "nodes"
@@ -194,7 +194,7 @@ def test_version_discovery_from_job_env(tmp_path):
     lib.mkdir()
     (lib / "libnccl.so.2.19.3").write_text("")
     (lib / "libnccl.so.2").write_text("")
-    from gpuperf.ncclver import nccl_from_env
+    from gpuperf.env.ncclver import nccl_from_env
 
     assert nccl_from_env({"NCCL_VERSION": "2.21.5-1"})[0] == (2, 21, 5)
     v, src = nccl_from_env({"LD_LIBRARY_PATH": f"/nonexistent:{lib}"})

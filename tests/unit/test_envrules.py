@@ -6,7 +6,8 @@ import tomllib
 
 import pytest
 
-from gpuperf import config, envpolicy as ep, envrules
+from gpuperf import config
+from gpuperf.env import policy as ep, rules as envrules
 
 from test_envpolicy import MULTI, hgx
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuperf import envrules, ncclbench as nb, tuning
+from gpuperf.env import ncclbench as nb, rules as envrules, tuning
 from gpuperf.commands import tune
 
 REPO = Path(__file__).resolve().parents[2]

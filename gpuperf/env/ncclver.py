@@ -7,7 +7,7 @@ import os
 import re
 from typing import Mapping
 
-from gpuperf.envpolicy import parse_version
+from gpuperf.env.policy import parse_version
 
 # where a node's own NCCL lives (Debian/Ubuntu, RHEL, CUDA toolkit, NVIDIA's tarball)
 SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",

@@ -21,7 +21,7 @@ import re
 from typing import Any, NamedTuple
 
 from gpuperf import tomlw
-from gpuperf.envpolicy import FORCE_REQUIRED, VARIABLE_CLASSES
+from gpuperf.env.policy import FORCE_REQUIRED, VARIABLE_CLASSES
 
 MATCH_KEYS: dict[str, str] = {
     "gpu_model": "glob on the GPU name, case-insensitive (\"*H100*\")",

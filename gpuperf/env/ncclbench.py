@@ -2,7 +2,7 @@
 
 The launcher (``measure``) runs one fresh set of worker processes per environment and round, so
 each environment gets its own NCCL initialisation, and rounds interleave the environments so drift
-hits them all alike. Workers (``python -m gpuperf.ncclbench --worker``) time ``iters`` all-reduces
+hits them all alike. Workers (``python -m gpuperf.env.ncclbench --worker``) time ``iters`` all-reduces
 per repeat after warm-ups and report per-op seconds (the slowest rank's). Pure helpers turn that into
 bus bandwidth, medians and run-to-run spread. Needs torch only where measurements run.
 """
@@ -107,7 +107,7 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world)}
         for rank in range(world):
             env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-            argv = [sys.executable, "-m", "gpuperf.ncclbench", "--worker", "--backend", backend, "--device", device,
+            argv = [sys.executable, "-m", "gpuperf.env.ncclbench", "--worker", "--backend", backend, "--device", device,
                     "--sizes", ",".join(map(str, size_list)), "--repeats", str(repeats), "--warmup", str(warmup),
                     "--out", out]
             # output to files, not pipes: a chatty rank (NCCL_DEBUG) must not block on a full pipe

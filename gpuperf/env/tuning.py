@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuperf.ncclbench import MIB, SetResult, human
+from gpuperf.env.ncclbench import MIB, SetResult, human
 
 MAX_TOLERATED_LOSS = 0.02  # even when runs are noisy, a 2% deficit counts as a loss
 

@@ -3,7 +3,7 @@
 Pure: no I/O. The policy sets only what the node's system configuration decides (which
 interface, which HCAs, which GID index, GPUDirect RDMA) plus allocator and thread defaults, and
 never NCCL's algorithm or protocol (FACTS.md: forcing ``NCCL_ALGO=Tree`` costs about 30% of
-all-reduce bandwidth on 4xH200). Admin rules (``gpuperf.envrules``) then add, change or forbid
+all-reduce bandwidth on 4xH200). Admin rules (``gpuperf.env.rules``) then add, change or forbid
 variables; a variable the user set always wins over both.
 """
 
@@ -150,7 +150,7 @@ class EnvPlan:
 
 
 class RuleLike(Protocol):
-    """What the policy needs from an admin rule (``gpuperf.envrules.Rule``)."""
+    """What the policy needs from an admin rule (``gpuperf.env.rules.Rule``)."""
 
     name: str
     set: dict[str, str]
