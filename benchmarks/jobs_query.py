@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from gpuperf import summary
-from gpuperf.report import clusterstore, fromrecording
+from gpuperf.controller import clusterstore
+from gpuperf.report import fromrecording
 
 ROOT = Path(__file__).resolve().parents[1]
 

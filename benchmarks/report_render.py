@@ -23,7 +23,8 @@ from pathlib import Path
 
 from gpuperf import summary
 from gpuperf.aggregates import JobAggregates
-from gpuperf.report import clusterstore, html, terminal
+from gpuperf.controller import clusterstore
+from gpuperf.report import html, terminal
 from gpuperf.samplers.replay import ReplaySampler
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     name = "collector" if args.controller else "daemon"
     log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=args.foreground or not cfg.general.log_file)
     if args.controller:
-        from gpuperf.report.collector import serve as collector_serve
+        from gpuperf.controller.collector import serve as collector_serve
 
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

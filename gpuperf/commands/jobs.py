@@ -17,7 +17,7 @@ from datetime import datetime
 
 from gpuperf import config as config_mod
 from gpuperf.commands.report import is_admin
-from gpuperf.report import clusterstore
+from gpuperf.controller import clusterstore
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuperf import admincomment, config as config_mod, diagnosis, jobstate, summary as summary_mod
-from gpuperf.report import clusterstore
+from gpuperf.controller import clusterstore
 from gpuperf.slurm import Slurm, SlurmError
 
 

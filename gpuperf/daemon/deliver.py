@@ -85,7 +85,7 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
         return out
     if send:
         try:
-            from gpuperf.report.transport import send_node_summary
+            from gpuperf.controller.transport import send_node_summary
 
             send_node_summary(cfg, summary)
             out["sent"] = True

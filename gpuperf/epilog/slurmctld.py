@@ -7,7 +7,7 @@ import sys
 from gpuperf.hook import main_guard, run_hook
 
 STEPS: list[tuple[str, str]] = [
-    ("merge", "gpuperf.epilog.merge:step"),
+    ("merge", "gpuperf.controller.merge:step"),
 ]
 
 

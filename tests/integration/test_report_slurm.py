@@ -20,14 +20,15 @@ from pathlib import Path
 import pytest
 
 from gpuperf import admincomment, summary
-from gpuperf.report import clusterstore, fromrecording
+from gpuperf.controller import clusterstore
+from gpuperf.report import fromrecording
 
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/python"
 RECORDINGS = sorted((ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
-SEND = ("import json, sys\nfrom gpuperf import config\nfrom gpuperf.report import transport\n"
+SEND = ("import json, sys\nfrom gpuperf import config\nfrom gpuperf.controller import transport\n"
         "cfg = config.load()\ns = json.load(open(sys.argv[1]))\n"
         "try:\n    print(json.dumps(transport.send_node_summary(cfg, s, timeout_s=3, attempts=1)))\n"
         "except transport.TransportError as e:\n    print('REFUSED', e)\n    sys.exit(3)\n")
@@ -49,7 +50,7 @@ def _node_summary(job_id: int, node: str) -> dict:
 @contextmanager
 def _collector(c):
     """The controller's collector, as the instance's config says (port, store)."""
-    p = subprocess.Popen([PY, "-m", "gpuperf.report.collector"], env=c.env, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([PY, "-m", "gpuperf.controller.collector"], env=c.env, stderr=subprocess.PIPE, text=True)
     port = c.gpuperf_config()["controller"]["port"]
     end = time.time() + 15
     import socket

@@ -14,7 +14,7 @@ import pytest
 
 from gpuperf import jobstate, summary
 from gpuperf.commands import jobs as jobs_cmd
-from gpuperf.report import clusterstore
+from gpuperf.controller import clusterstore
 from report_fixtures import aggregates, context
 
 try:
@@ -127,7 +127,7 @@ def test_a_store_of_the_first_layout_is_migrated(tmp_path):
 
 
 def test_merge_worker_refuses_a_bad_argument_and_writes_nothing(tmp_path, monkeypatch):
-    from gpuperf.epilog import merge
+    from gpuperf.controller import merge
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[general]\nrun_dir = "{tmp_path}/run"\nlog_file = ""\n')

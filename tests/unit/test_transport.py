@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from gpuperf import config, summary
-from gpuperf.report import clusterstore, collector, transport
+from gpuperf.controller import clusterstore, collector, transport
 from report_fixtures import aggregates, context
 
 try:
@@ -133,7 +133,7 @@ def test_unreachable_controller_fails_within_the_bound(munge, tmp_path):
 
 
 def test_a_late_node_is_merged_into_the_stored_partial_summary(controller):
-    from gpuperf.epilog import merge as merge_step
+    from gpuperf.controller import merge as merge_step
 
     n1, n2 = _summary(108, "n1"), _summary(108, "n2")
     assert transport.send_node_summary(controller, n1)["ok"]

@@ -7,7 +7,7 @@ refuses finished jobs (FACTS.md); the job reaches the database a little after it
 write is retried for ``controller.admin_comment_wait_s``.
 
 Slurm keeps the job COMPLETING, holding its nodes, while EpilogSlurmctld runs (docs/SLURM_NOTES.md),
-so the hook does not wait: it starts a detached worker (``python -m gpuperf.epilog.merge``, its own
+so the hook does not wait: it starts a detached worker (``python -m gpuperf.controller.merge``, its own
 session, so slurmctld neither waits for nor kills it) and returns. The worker records what it did in
 ``<run_dir>/jobs/<id>/merge.json`` (same shape as a hook record, step ``merge``).
 """
@@ -23,7 +23,7 @@ import time
 
 from gpuperf import admincomment, log
 from gpuperf import summary as summary_mod
-from gpuperf.report import clusterstore
+from gpuperf.controller import clusterstore
 from gpuperf.slurm import Slurm, SlurmError
 
 POLL_S = 0.25
@@ -118,7 +118,7 @@ def _spawn_worker(job_id: int, nodes: list[str], ident: dict) -> int | None:
     """Start the detached merge worker; its pid, or None when it could not start."""
     arg = json.dumps({"job_id": job_id, "nodes": nodes, "ident": ident})
     try:
-        p = subprocess.Popen([sys.executable, "-m", "gpuperf.epilog.merge", arg], stdin=subprocess.DEVNULL,
+        p = subprocess.Popen([sys.executable, "-m", "gpuperf.controller.merge", arg], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                              close_fds=True)  # slurmctld must not wait on its pipes
     except OSError as e:
@@ -177,6 +177,6 @@ def _worker(arg: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        print("usage: python -m gpuperf.epilog.merge JSON   (started by gpuperf-epilog-slurmctld)", file=sys.stderr)
+        print("usage: python -m gpuperf.controller.merge JSON   (started by gpuperf-epilog-slurmctld)", file=sys.stderr)
         sys.exit(2)
     sys.exit(_worker(sys.argv[1]))

@@ -3,7 +3,7 @@
 ``serve(cfg)`` binds a ROUTER socket on ``controller.bind:controller.port`` and keeps every
 authenticated node summary in the cluster store, where ``gpuperf-epilog-slurmctld`` picks them up.
 A summary arriving after its job was merged as partial is merged again. Run it on the
-controller: ``python3 -m gpuperf.report.collector`` (as root or SlurmUser); ``add_arguments``/``run``
+controller: ``python3 -m gpuperf.controller.collector`` (as root or SlurmUser); ``add_arguments``/``run``
 let ``gpuperf collector`` register it as a subcommand.
 """
 
@@ -19,7 +19,7 @@ import zmq
 
 from gpuperf import config as config_mod
 from gpuperf import log, summary as summary_mod
-from gpuperf.report import clusterstore, transport
+from gpuperf.controller import clusterstore, transport
 
 
 def validate(s: dict) -> None:
@@ -59,7 +59,7 @@ def _remerge_if_late(store: clusterstore.ClusterStore, s: dict, cfg) -> None:
     merged = store.job(s["job_id"])
     if not merged or s["nodes"][0] not in (merged.get("quality") or {}).get("nodes_missing", []):
         return
-    from gpuperf.epilog import merge as merge_step
+    from gpuperf.controller import merge as merge_step
 
     merge_step.finish(cfg, store, int(s["job_id"]), merged["quality"]["nodes_expected"],
                       {"user": merged.get("user"), "uid": merged.get("uid")}, late=True)
