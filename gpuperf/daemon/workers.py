@@ -1,0 +1,81 @@
+"""The daemon's helper threads: deliveries of finalised jobs, and the cached fast health checks."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable
+
+from gpuperf.daemon import deliver as deliver_mod
+
+HealthFn = Callable[[], list[dict[str, Any]]]
+
+
+def health_from_checks(cfg: Any) -> HealthFn | None:
+    """The fast checks over a fresh read of the node (None where the checks cannot be imported)."""
+    try:
+        from gpuperf import checks, topology
+    except ImportError:
+        return None
+
+    def run() -> list[dict[str, Any]]:
+        node = checks.read_node(cfg)
+        # the prolog steps the daemon runs read the node through load_node_once: as fresh as this read
+        topology.remember(node, topology.node_root(cfg))
+        return [r.to_dict() for r in checks.run_fast(node, cfg, [])]
+
+    return run
+
+
+class Deliveries:
+    """A queue of (aggregates, context) delivered by one thread, so a slow controller never holds a sweep."""
+
+    def __init__(self, cfg: Any, log: Any, send: bool):
+        self.cfg, self.log, self.send = cfg, log, send
+        self._q: queue.Queue = queue.Queue()
+
+    def thread(self) -> threading.Thread:
+        """The delivering thread (not started)."""
+        return threading.Thread(target=self._loop, name="deliver", daemon=True)
+
+    def put(self, aggs: dict[str, Any], context: dict[str, Any]) -> None:
+        """Deliver this job's aggregates soon."""
+        self._q.put((aggs, context))
+
+    def close(self) -> None:
+        """Let the thread finish what is queued and return."""
+        self._q.put(None)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            aggs, context = item
+            res = deliver_mod.deliver(self.cfg, aggs, context, send=self.send)
+            if res["errors"]:
+                self.log.warning("job %s: delivery: %s", aggs.get("job_id"), "; ".join(res["errors"]))
+
+
+class Health:
+    """The fast checks, run every ``interval_s`` by one thread; ``result`` is the latest, or None."""
+
+    def __init__(self, fn: HealthFn, interval_s: float, clock: Callable[[], float], stop: threading.Event):
+        self.fn, self.interval_s, self.clock, self._stop = fn, interval_s, clock, stop
+        self.result: dict[str, Any] | None = None
+
+    def thread(self) -> threading.Thread:
+        """The checking thread (not started)."""
+        return threading.Thread(target=self._loop, name="health", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.refresh()
+            self._stop.wait(self.interval_s)
+
+    def refresh(self) -> None:
+        """Run the fast checks now and cache the result."""
+        try:
+            self.result = {"t": self.clock(), "results": self.fn()}
+        except Exception as e:  # noqa: BLE001 - a check failure is "no health", never a crash
+            self.result = {"t": self.clock(), "error": f"{type(e).__name__}: {e}"}
