@@ -8,13 +8,14 @@ line. Sections own their keys: each feature adds keys to its own section only.
 from __future__ import annotations
 
 import os
-import re
-import tomllib
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
 
+# tomllib, re and typing are imported where used: the hooks take a validated config from
+# ``gpuperf.hookconf``'s cache, and tomllib (with typing) costs a fresh process ~10 ms
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 DEFAULT_PATH = "/etc/gpuperf/config.toml"
 ENV_VAR = "GPUPERF_CONFIG"
@@ -204,6 +205,8 @@ def config_path(path: str | None = None) -> str:
 
 def _line_of(text: str, section: str | None, key: str) -> int | None:
     """Best effort: the line where ``key`` is assigned (inside ``[section]`` when given)."""
+    import re
+
     in_section = section is None
     pat = re.compile(rf"^\s*(\"{re.escape(key)}\"|'{re.escape(key)}'|{re.escape(key)})\s*=")
     for n, line in enumerate(text.splitlines(), 1):
@@ -229,6 +232,9 @@ def _section_line(text: str, section: str) -> int | None:
 
 def parse(text: str, path: str = "<string>") -> Config:
     """Parse and validate TOML text; raises ConfigError naming the key and line."""
+    import re
+    import tomllib
+
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -306,14 +312,19 @@ def load(path: str | None = None) -> Config:
     p = config_path(path)
     try:
         with open(p, "rb") as f:
-            text = f.read().decode("utf-8", errors="replace")
+            data = f.read()
     except FileNotFoundError:
         cfg = defaults()
         cfg.source = f"{p} (absent: defaults)"
         return _apply_env(cfg)
     except OSError as e:
         raise ConfigError(p, None, f"cannot read: {e.strerror}") from None
-    return _apply_env(parse(text, p))
+    return from_bytes(data, p)
+
+
+def from_bytes(data: bytes, path: str) -> Config:
+    """What ``load`` makes of a config file with these bytes (raises ConfigError)."""
+    return _apply_env(parse(data.decode("utf-8", errors="replace"), path))
 
 
 def load_or_defaults(path: str | None = None) -> Config:
@@ -334,6 +345,8 @@ def _salvage_general(cfg: Config, path: str) -> None:
     An error elsewhere (a typo in [checks]) must not send the hooks' logs and records to paths the
     admin never configured.
     """
+    import tomllib
+
     try:
         with open(path, "rb") as f:
             raw = tomllib.loads(f.read().decode("utf-8", errors="replace"))
@@ -355,10 +368,11 @@ def _salvage_general(cfg: Config, path: str) -> None:
 def digest(cfg: Config) -> str:
     """A short fingerprint of the effective settings (file and environment): two processes agree on it
     exactly when they would act alike (the prolog's fast path checks the daemon's against its own)."""
-    import json
     import zlib
 
-    text = json.dumps(cfg.data, sort_keys=True, separators=(",", ":"), default=str)
+    from gpuperf import jsonlite
+
+    text = jsonlite.dumps(cfg.data, sort_keys=True, separators=(",", ":"), default=str)
     return f"{zlib.crc32(text.encode()):08x}-{len(text)}"
 
 

@@ -6,7 +6,10 @@ Its own module, importing only ``sys``: the prolog's fast path uses it before an
 from __future__ import annotations
 
 import sys
-from typing import Callable
+
+TYPE_CHECKING = False  # typing itself costs a hook ~3 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 def main_guard(fn: Callable[[], int]) -> int:

@@ -13,14 +13,17 @@ is driven by the daemon's poll loop and never blocks it: a connection that sends
 
 from __future__ import annotations
 
-import json
+import _socket  # the client's socket: ``socket`` adds enum, selectors and ~2 ms to a prolog's start
 import os
-import socket
-import struct
 import time
-from typing import Any
 
+from gpuperf import jsonlite
 from gpuperf.daemon import protocol
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from typing import Any
 
 SOCKET_NAME = "hook.sock"
 MAX_BYTES = protocol.MAX_BYTES
@@ -28,7 +31,7 @@ RECV_BYTES = MAX_BYTES + 1          # one byte more: a longer message is seen as
 REPLY_MAX_BYTES = 1024 * 1024
 CONN_DEADLINE_S = 1.0               # a connection that sends nothing in this time is dropped
 MAX_CONNS = 64
-_PEERCRED = struct.Struct("3i")     # struct ucred: pid, uid, gid
+_PEERCRED = "3i"                    # struct ucred: pid, uid, gid
 
 
 class HookSocketUnavailable(Exception):
@@ -45,7 +48,7 @@ def call(socket_dir: str, op: str, job: dict[str, Any], timeout_s: float) -> dic
     path = path_of(socket_dir)
     frame = protocol.encode(protocol.request(op, job))
     deadline = time.monotonic() + timeout_s
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     try:
         s.settimeout(timeout_s)
         s.connect(path)
@@ -59,7 +62,7 @@ def call(socket_dir: str, op: str, job: dict[str, Any], timeout_s: float) -> dic
     if not data:
         raise HookSocketUnavailable(f"{path}: the daemon closed the connection without a reply")
     try:
-        reply = json.loads(data)
+        reply = jsonlite.loads(data)
     except ValueError:
         raise HookSocketUnavailable(f"{path}: reply is not JSON") from None
     if not isinstance(reply, dict) or reply.get("v") != protocol.VERSION:
@@ -71,6 +74,8 @@ class Listener:
     """The daemon's end: bound in ``socket_dir``; the daemon polls ``fds()`` and calls ``ready(fd)``."""
 
     def __init__(self, socket_dir: str):
+        import socket
+
         self.path = path_of(socket_dir)
         try:
             os.unlink(self.path)  # a stale socket of a killed daemon (the daemon lock is already held)
@@ -89,6 +94,8 @@ class Listener:
 
     def ready(self, fd: int) -> tuple[socket.socket, bytes | None, int | None] | None:
         """Accept (listening fd) or read one request: (connection, frame or None when too long, uid)."""
+        import socket
+
         if fd == self.sock.fileno():
             self._accept()
             return None
@@ -154,8 +161,11 @@ class Listener:
 
 def peer_uid(conn: socket.socket) -> int | None:
     """The connecting process's uid (``SO_PEERCRED``); None when the kernel does not say."""
+    import struct
+
     try:
-        _, uid, _ = _PEERCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+        _, uid, _ = struct.unpack(_PEERCRED, conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED,
+                                                             struct.calcsize(_PEERCRED)))
     except (OSError, struct.error):
         return None
     return uid

@@ -1,14 +1,17 @@
 """The prolog's fast path: hand the job to the node daemon in one request over the hook socket.
 
-Imports only the config and the standard library (no pyzmq, no logging: together they cost a fresh
-process more than half of the prolog's 50 ms budget). The daemon runs the prolog's steps
+Imports only the standard library, the message codec and the cached config (``hookconf``: no TOML,
+no typing, no pyzmq, no logging; ``tests/unit/test_hook_imports.py`` keeps it so), because on this
+path the interpreter's own start is most of the prolog's time. The daemon runs the prolog's steps
 (``gpuperf.prolog.indaemon``) or declines with a reason; then, as when no daemon answers, the
 prolog runs every step itself (``gpuperf.prolog.STEPS``) and records why the fast path was not taken.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # what the prolog's steps read from the hook's environment (jobctx, register, envplan)
 ENV_PREFIXES = ("SLURM_", "SLURMD_", "SPANK_", "_SLURM_SPANK_OPTION_", "GPUPERF")
@@ -33,10 +36,10 @@ def try_daemon(environ: Mapping[str, str]) -> Outcome:
     """Ask the daemon to run this prolog; never raises for a daemon that is absent, slow or refusing."""
     import os
 
-    from gpuperf import config
+    from gpuperf import config, hookconf
     from gpuperf.daemon import hooksock
 
-    cfg = config.load_or_defaults()
+    cfg = hookconf.load_or_defaults()
     if cfg.degraded:
         return Outcome(why="broken config")
     if not cfg.daemon.prolog_fast_path:

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The hooks' whole-process latency side by side with a bare interpreter start, in one interleaved run.
+
+Bars (issue 17): prolog fast path and TaskProlog each p50 <= 25 ms and <= 2x the bare start measured
+in the same run; the full prolog path unchanged or faster. Each round runs, one after the other:
+  bare       the hooks' interpreter (the console scripts' shebang: the venv's python3, no flags), ``-c pass``
+  fast       ``gpuperf-prolog``, daemon up: one request on the hook socket, the daemon runs the steps
+  full       ``gpuperf-prolog`` with ``daemon.prolog_fast_path = false``: every step in the process
+  task       ``gpuperf-taskprolog`` of a job whose prolog cached its plan (``hgx-h100-2s``, 4 GPUs)
+Interleaving puts every row under the same machine load; the ratio to ``bare`` is the figure that
+travels between machines. Also prints each row's child CPU time (user+sys) and the load average.
+``--baseline DIR`` adds the same hooks run from another checkout (``git archive REV | tar -x -C DIR``).
+
+  python3 benchmarks/hook_latency.py [--rounds 40] [--baseline /tmp/gpuperf-base]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from daemon_cpu import BenchDaemon, default_backend  # noqa: E402
+from taskprolog_latency import prepare  # noqa: E402
+
+from gpuperf.daemon import client  # noqa: E402
+
+BIN = Path(sys.executable).parent
+# what a pip console script does before calling main (``import re``), for hooks run from --baseline
+SCRIPT = "import re, sys; from {mod} import main; sys.exit(main())"
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str, int]:
+    """Run once: (wall ms, child user+sys CPU ms, stdout, exit code)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/")
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = (time.perf_counter() - t0) * 1000
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return wall, (ru.ru_utime + ru.ru_stime) * 1000, out.decode(), p.returncode
+
+
+def pct(xs: list[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))]
+
+
+def prolog_env(cfg_path: Path, job: int) -> dict[str, str]:
+    """A Slurm prolog's environment (no PATH, FACTS.md) for ``job``."""
+    return {"GPUPERF_CONFIG": str(cfg_path), "SLURM_JOB_ID": str(job), "SLURM_JOB_UID": "0",
+            "SLURM_JOB_USER": "root", "SLURM_JOB_GPUS": "0,1", "SLURMD_NODENAME": "bench",
+            "SLURM_JOB_CPUS_PER_NODE": "8"}
+
+
+def main() -> int:
+    """Run the rounds and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--baseline", help="another checkout whose hooks run beside these (rows marked 'baseline')")
+    args = ap.parse_args()
+    py = str(BIN / "python3")
+    for exe in ("gpuperf-prolog", "gpuperf-taskprolog"):
+        if not (BIN / exe).exists():
+            print(f"{BIN / exe} not found: run with the venv's python that has gpuperf installed", file=sys.stderr)
+            return 2
+    d = BenchDaemon(default_backend(8), 1.0, "[checks]\ndrain = false")
+    tmp = Path(tempfile.mkdtemp(prefix="gpuperf-hookbench-"))
+    load0 = os.getloadavg()
+    try:
+        full_cfg = d.base / "full-path.toml"
+        full_cfg.write_text(d.cfg_path.read_text().replace("[daemon]", "[daemon]\nprolog_fast_path = false", 1))
+        task_env = prepare(tmp, str(ROOT / "tests/data/nodes/hgx-h100-2s"))
+        rows: dict[str, tuple[list[str], str]] = {
+            "bare": ([py, "-c", "pass"], ""),
+            "fast": ([str(BIN / "gpuperf-prolog")], "prolog"),
+            "full": ([str(BIN / "gpuperf-prolog")], "prolog-full"),
+            "task": ([str(BIN / "gpuperf-taskprolog")], "task"),
+        }
+        if args.baseline:
+            rows["fast (baseline)"] = ([py, "-c", SCRIPT.format(mod="gpuperf.prolog")], "prolog")
+            rows["full (baseline)"] = ([py, "-c", SCRIPT.format(mod="gpuperf.prolog")], "prolog-full")
+            rows["task (baseline)"] = ([py, "-c", SCRIPT.format(mod="gpuperf.prolog.task")], "task")
+        wall: dict[str, list[float]] = {k: [] for k in rows}
+        cpu: dict[str, list[float]] = {k: [] for k in rows}
+        via: dict[str, set[str]] = {k: set() for k in rows}
+        exports: dict[str, int] = {}
+        job = 600000
+        for r in range(args.rounds + 3):  # the first 3 rounds warm the page cache
+            for label, (argv, kind) in rows.items():
+                base = args.baseline if "baseline" in label else None
+                if kind == "task":
+                    env = dict(task_env)
+                elif kind:
+                    job += 1
+                    env = prolog_env(d.cfg_path if kind == "prolog" else full_cfg, job)
+                else:
+                    env = {}
+                if base:
+                    env["PYTHONPATH"] = base
+                w, c, out, rc = timed(argv, env)
+                if rc != 0:
+                    print(f"{label}: exit {rc}", file=sys.stderr)
+                if kind.startswith("prolog"):
+                    rec = json.loads((Path(d.cfg.general.run_dir) / "jobs" / str(job) / "prolog.json").read_text())
+                    via[label].add(rec["data"].get("via") or "process")
+                    client.request(d.cfg, "finalize", {"job_id": job})
+                elif kind == "task":
+                    exports[label] = sum(line.startswith("export ") for line in out.splitlines())
+                if r >= 3:
+                    wall[label].append(w)
+                    cpu[label].append(c)
+    finally:
+        d.stop()
+    load1 = os.getloadavg()
+    bare = statistics.median(wall["bare"])
+    print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"interpreter {py}; load average {load0[0]:.2f} at start, {load1[0]:.2f} at end; {args.rounds} rounds")
+    print("| what | p50 ms | p95 ms | p50 / bare | CPU p50 ms | notes |")
+    print("|---|---|---|---|---|---|")
+    for label in rows:
+        note = ", ".join(sorted(via[label])) and f"steps ran in: {', '.join(sorted(via[label]))}"
+        if label in exports:
+            note = f"{exports[label]} exports per task"
+        p50 = statistics.median(wall[label])
+        print(f"| {label} | {p50:.1f} | {pct(wall[label], 0.95):.1f} | {p50 / bare:.2f}x | "
+              f"{statistics.median(cpu[label]):.1f} | {note} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The hooks' common case imports only the standard library's light modules and the message codec.
+
+Each hook runs as its real entry script does (``packaging/bin/``), in a fresh interpreter, and
+reports the modules it imported. On the prolog's fast path a real daemon serves the hook socket;
+the TaskProlog prints a job's exports from the plan its prolog cached. What must not load there is
+what the figures in benchmarks/hook_latency.py depend on: the libraries the daemon and reports use,
+gpuperf's checks and policies, and the standard library's costly imports (each listed with why).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_daemon import Running, ScriptSampler, base  # noqa: E402,F401
+from test_prolog_fast import HEALTHY, conf, job_env  # noqa: E402,F401
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "packaging" / "bin"
+
+# never on a hook's common case: imported there, each costs a fresh process milliseconds
+HEAVY = (
+    "zmq", "psutil", "rich", "plotly", "pynvml", "prometheus_client", "sqlite3",  # the daemon's, the reports'
+    "gpuperf.checks", "gpuperf.env.policy", "gpuperf.env.rules", "gpuperf.env.tuning", "gpuperf.env.ncclbench",
+    "gpuperf.affinity", "gpuperf.topology", "gpuperf.samplers", "gpuperf.controller", "gpuperf.prolog.envplan", "gpuperf.prolog.affinityplan",
+    "gpuperf.prolog.health", "gpuperf.diagnosis", "gpuperf.slurm",  # checks, policies, discovery
+    "tomllib",      # the config comes from gpuperf.hookconf's cache
+    "typing",       # pulls collections, functools, contextlib: annotations stay strings
+    "re", "json",   # json imports re: gpuperf.jsonlite drives the same C codec
+    "logging",      # loaded when there is something to log
+    "socket",       # enum and selectors: the hook socket's client uses _socket
+    "dataclasses", "inspect", "pathlib", "importlib.util", "subprocess", "tempfile", "glob",
+)
+
+PROBE = """
+import sys
+code = 0
+try:
+    exec(compile(open({script!r}).read(), {script!r}, "exec"))
+except SystemExit as e:
+    code = e.code or 0
+with open({out!r}, "w") as f:
+    f.write("\\n".join(sorted(sys.modules)))
+sys.exit(code)
+"""
+
+
+def run_entry(script: str, env: dict[str, str], out: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run a hook's entry script in a fresh interpreter; its result and the modules it imported."""
+    code = PROBE.format(script=str(SCRIPTS / script), out=str(out))
+    env = dict(env, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd="/")
+    return p, set(out.read_text().split())
+
+
+def heavy_in(modules: set[str]) -> list[str]:
+    """The HEAVY modules (or their submodules) among ``modules``."""
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+def test_prolog_fast_path_imports_nothing_heavy(base, conf):
+    env = {**job_env(4101), "GPUPERF_CONFIG": os.environ["GPUPERF_CONFIG"]}
+    with Running(conf, ScriptSampler(n=8), health_fn=lambda: HEALTHY) as r:
+        for i, out in enumerate(("first", "cached")):  # the first run loads the TOML and caches it
+            env["SLURM_JOB_ID"] = str(4101 + i)
+            p, modules = run_entry("gpuperf-prolog", env, base / out)
+            assert p.returncode == 0, p.stderr
+            rec = json.loads((Path(conf.general.run_dir) / "jobs" / str(4101 + i) / "prolog.json").read_text())
+            assert rec["data"]["via"] == "daemon"  # the fast path was taken: the daemon ran the steps
+        assert set(r.d.running) == {4101, 4102}
+    assert "gpuperf.prolog.fast" in modules and "gpuperf.daemon.hooksock" in modules
+    assert heavy_in(modules) == []
+
+
+def test_prolog_full_path_still_runs_when_the_daemon_is_absent(base, conf):
+    """The check above means something: without a daemon the same entry loads the heavy modules."""
+    env = {**job_env(4201), "GPUPERF_CONFIG": os.environ["GPUPERF_CONFIG"]}
+    p, modules = run_entry("gpuperf-prolog", env, base / "modules")
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((Path(conf.general.run_dir) / "jobs" / "4201" / "prolog.json").read_text())
+    assert rec["data"]["fast_path"] == "no daemon hook socket" and "health" in rec["steps"]
+    assert {"gpuperf.checks", "gpuperf.prolog.envplan", "logging"} <= set(heavy_in(modules))
+
+
+@pytest.mark.parametrize("script", ["gpuperf-prolog", "gpuperf-taskprolog"])
+def test_entry_scripts_are_installed_as_plain_scripts(script):
+    """setup.cfg installs packaging/bin/ (a pip console script would import re first)."""
+    installed = Path(sys.executable).with_name(script)
+    if not installed.exists():
+        pytest.skip(f"{installed} not installed")
+    assert "import re" not in installed.read_text().splitlines()
+    assert installed.read_text().splitlines()[1:] == (SCRIPTS / script).read_text().splitlines()[1:]
