@@ -4,6 +4,10 @@
 are session-scoped and started only when a test asks for them. The instance name is
 ``$GPUPERF_TEST_CLUSTER`` (default ``pytest``): give each concurrent pytest run its own.
 ``GPUPERF_KEEP_CLUSTER=1`` leaves the cluster running after the session (faster reruns).
+
+Last of all, after every fixture is torn down, the session checks that it left nothing of gpuperf
+under /etc, /var/lib, /run or /var/log that was not there when it started (``hoststate.py``): a path
+that appeared fails the session (exit status 1) and is named.
 """
 
 from __future__ import annotations
@@ -14,16 +18,41 @@ from pathlib import Path
 import pytest
 
 try:
+    import hoststate
     from cluster.slurmcluster import ClusterError, SlurmCluster, can_run, can_run_multi
 except ImportError:  # tests/ became a package
+    from tests import hoststate
     from tests.cluster.slurmcluster import ClusterError, SlurmCluster, can_run, can_run_multi
 
 # fixture trees hold copies of sysfs whose symlinks form cycles: collection would never end
 collect_ignore = ["data"]
 
 
+_HOST_BEFORE: set[str] = set()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slurm: needs the real Slurm test cluster (root, Debian packages)")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _HOST_BEFORE.update(hoststate.snapshot())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The suite's last check: runs after all tests and every fixture's teardown (clusters stopped)."""
+    leaked = hoststate.new_paths(_HOST_BEFORE, hoststate.snapshot())
+    if not leaked:
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    msg = "FAILED host-state check: " + hoststate.report(leaked)
+    if tr is not None:
+        tr.write_line(msg, red=True)
+    else:
+        print(msg)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _holder(cluster: SlurmCluster) -> Path:

@@ -2,8 +2,9 @@
 
 Jobs carry the columns ``gpuperf jobs`` filters and sorts on (end time, user, waste, energy,
 GPU-hours), each indexed; the zlib-compressed summaries live in a table of their own, so a
-listing reads narrow rows only (100,000 jobs: benchmarks/jobs_query.py). The file is created mode 0600: job summaries are private to their
-owners, and users read theirs through ``gpuperf report`` (sacct) instead.
+listing reads narrow rows only (100,000 jobs: benchmarks/jobs_query.py). The file (and its -wal/-shm) is 0600 and a directory created for it
+0700 (``gpuperf.statefiles``): job summaries are private to their owners, and users read theirs
+through ``gpuperf report`` (sacct) instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 import zlib
 from pathlib import Path
 from typing import Any
+
+from gpuperf import statefiles
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_summaries (
@@ -59,10 +62,7 @@ class ClusterStore:
                 raise FileNotFoundError(self.path)
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
             return
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        if not os.path.exists(self.path):
-            # created private before SQLite writes anything into it
-            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        statefiles.private_db(self.path)  # 0600 before SQLite writes anything; its directory 0700
         self.db = sqlite3.connect(self.path, timeout=10)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")

@@ -12,6 +12,10 @@ Tables:
 - ``events``: daemon starts, gaps, attribution mismatches, pending finalisations.
 
 Every sweep is one transaction (WAL, synchronous=NORMAL: committed rows survive a process kill).
+
+The file and its -wal/-shm are 0600 (``gpuperf.statefiles``): they hold every job's user and metrics.
+The layout is versioned (``PRAGMA user_version`` = ``SCHEMA_VERSION``) and migrated forward on open, so
+a package upgrade keeps running jobs' aggregates; a store newer than this code is refused, not changed.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
+from gpuperf import statefiles
 from gpuperf.aggregates import FOLDED_FIELDS
 from gpuperf.samplers.base import GpuSample
 
@@ -42,6 +47,47 @@ CREATE TABLE IF NOT EXISTS samples_1m(gpu INTEGER, t INTEGER, v BLOB, PRIMARY KE
 CREATE TABLE IF NOT EXISTS events(t REAL, job_id INTEGER, kind TEXT, detail TEXT);
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
 """
+
+# Layout version of this code. Version 0 is a store of gpuperf 0.1.0 (no version set): the same tables.
+# A change of layout appends (new_version, SQL) here and raises SCHEMA_VERSION; the steps run in order
+# in one transaction, so an interrupted upgrade leaves the old version whole.
+SCHEMA_VERSION = 1
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, ""),)
+
+
+class StoreVersionError(OSError):
+    """The store was written by a newer gpuperf (a downgrade): kept untouched, not opened.
+
+    An OSError so the daemon reports it like any store it cannot open, and never moves it aside.
+    """
+
+
+def migrate(db: sqlite3.Connection, target: int = SCHEMA_VERSION,
+            steps: tuple[tuple[int, str], ...] = MIGRATIONS) -> int:
+    """Bring an open store to ``target`` (tables created, then each newer step); returns the old version."""
+    old = db.execute("PRAGMA user_version").fetchone()[0]
+    if old > target:
+        raise StoreVersionError(f"store schema version {old} is newer than this gpuperf's ({target}): "
+                                "install the newer gpuperf again, or move the store aside")
+    if old == target:
+        db.executescript(_SCHEMA)  # idempotent: a table added by hand-deleted files comes back
+        return old
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for stmt in _SCHEMA.split(";"):
+            if stmt.strip():
+                db.execute(stmt)
+        for version, sql in steps:
+            if old < version <= target:
+                for stmt in sql.split(";"):
+                    if stmt.strip():
+                        db.execute(stmt)
+        db.execute(f"PRAGMA user_version={int(target)}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return old
 
 
 def pack(s: GpuSample) -> bytes:
@@ -84,15 +130,14 @@ class Store:
     """One SQLite store (one connection, used by the daemon's main thread only)."""
 
     def __init__(self, path: str | Path, full_res_s: float = 3600.0, retention_days: float = 90.0):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(statefiles.private_db(path))
         self.full_res_s = full_res_s
         self.retention_s = retention_days * 86400.0
         self.db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA busy_timeout=2000")
-        self.db.executescript(_SCHEMA)
+        self.migrated_from = migrate(self.db)
         self._in_tx = False
 
     # transactions ---------------------------------------------------------------------

@@ -65,13 +65,15 @@ def test_verdict_stops_and_sets_exit_code(steps_module, cfg_file):
 
 def test_broken_config_logs_one_line_naming_key(steps_module, tmp_path, monkeypatch, capsys):
     p = tmp_path / "bad.toml"
-    p.write_text("[daemon]\nintervall_s = 1\n")
+    # [general] is salvaged from a broken file: the hook logs to tmp_path, not /var/log/gpuperf
+    p.write_text(f"[daemon]\nintervall_s = 1\n[general]\nlog_file = \"{tmp_path / 'g.log'}\"\n")
     monkeypatch.setenv("GPUPERF_CONFIG", str(p))
     rc = hook.run_hook("epilog", [("b", "gpuperf_test_steps:ok")], env=ENV, record=False)
     assert rc == 0 and steps_module == ["ok"]
     err = capsys.readouterr().err
     lines = [l for l in err.splitlines() if "daemon.intervall_s" in l]
     assert len(lines) == 1 and "bad.toml:2" in lines[0]
+    assert "daemon.intervall_s" in (tmp_path / "g.log").read_text()
 
 
 def test_main_guard_swallows_crashes(capsys):

@@ -1,0 +1,118 @@
+"""Store files are private (0600, WAL/SHM too, new directories 0700) and store layouts migrate forward."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from gpuperf import statefiles
+from gpuperf.daemon import store as store_mod
+from gpuperf.daemon.store import Store
+from gpuperf.report.clusterstore import ClusterStore
+
+
+def _mode(p) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+@pytest.fixture(autouse=True)
+def _loose_umask():
+    old = os.umask(0o022)  # what a root shell and systemd give: files would be 0644 without care
+    yield
+    os.umask(old)
+
+
+def _write_daemon(path):
+    st = Store(path)
+    st.begin()
+    st.put_job({"job_id": 7, "uid": 1000, "user": "alice", "gpus": [0], "cpus": 2, "node": "n1", "start": 1.0}, 1.0)
+    st.commit()
+    return st
+
+
+def test_daemon_store_and_its_wal_and_shm_are_0600_in_a_0700_directory(tmp_path):
+    path = tmp_path / "state" / "daemon.sqlite"
+    st = _write_daemon(path)
+    try:
+        for suffix in ("", "-wal", "-shm"):
+            assert os.path.exists(f"{path}{suffix}"), suffix  # open WAL connection: all three exist
+            assert _mode(f"{path}{suffix}") == 0o600, suffix
+        assert _mode(path.parent) == 0o700
+    finally:
+        st.close()
+
+
+def test_cluster_store_and_its_wal_and_shm_are_0600_in_a_0700_directory(tmp_path):
+    path = tmp_path / "ctl" / "cluster.sqlite"
+    with ClusterStore(path) as st:
+        st.put_node_summary({"job_id": 3, "nodes": ["n1"], "user": "bob"})
+        for suffix in ("", "-wal", "-shm"):
+            assert _mode(f"{path}{suffix}") == 0o600, suffix
+    assert _mode(path.parent) == 0o700
+
+
+def test_a_world_readable_store_of_an_older_version_is_tightened_and_a_group_store_kept(tmp_path):
+    old = tmp_path / "daemon.sqlite"
+    _write_daemon(old).close()
+    os.chmod(old, 0o644)
+    _write_daemon(old).close()
+    assert _mode(old) == 0o600
+    os.chmod(old, 0o640)  # an admin gave it to a group: not world access, left so
+    _write_daemon(old).close()
+    assert _mode(old) == 0o640
+
+
+def test_an_existing_directory_is_never_changed(tmp_path):
+    d = tmp_path / "shared"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o1777)  # like /tmp: a store there must not close it to others
+    _write_daemon(d / "x.sqlite").close()
+    assert _mode(d) == 0o1777
+
+
+def test_an_unversioned_store_is_migrated_forward_keeping_its_jobs(tmp_path):
+    path = tmp_path / "daemon.sqlite"
+    db = sqlite3.connect(path)  # a store as gpuperf 0.1.0 left it: same tables, user_version 0
+    db.executescript(store_mod._SCHEMA)
+    db.execute("INSERT INTO jobs(job_id, uid, user, gpus, state) VALUES (9, 1000, 'alice', '[0]', 'running')")
+    db.commit()
+    db.close()
+    st = Store(path)
+    try:
+        assert st.migrated_from == 0
+        assert st.db.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION
+        assert st.job(9)["user"] == "alice" and st.job(9)["state"] == "running"
+    finally:
+        st.close()
+
+
+def test_migration_steps_run_in_order_once_and_roll_back_whole(tmp_path):
+    db = sqlite3.connect(tmp_path / "m.sqlite", isolation_level=None)
+    steps = ((1, ""), (2, "ALTER TABLE jobs ADD COLUMN note TEXT"), (3, "UPDATE jobs SET note = 'v3'"))
+    assert store_mod.migrate(db, target=1, steps=steps) == 0
+    db.execute("INSERT INTO jobs(job_id, state) VALUES (1, 'running')")
+    assert store_mod.migrate(db, target=3, steps=steps) == 1
+    assert db.execute("SELECT note FROM jobs").fetchone()[0] == "v3"
+    assert store_mod.migrate(db, target=3, steps=steps) == 3  # nothing runs twice
+    bad = steps + ((4, "ALTER TABLE jobs ADD COLUMN z TEXT; ALTER TABLE nosuch ADD COLUMN y TEXT"),)
+    with pytest.raises(sqlite3.OperationalError):
+        store_mod.migrate(db, target=4, steps=bad)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3  # the half-done step left nothing
+    assert "z" not in [r[1] for r in db.execute("PRAGMA table_info(jobs)")]
+
+
+def test_a_store_of_a_newer_gpuperf_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "daemon.sqlite"
+    _write_daemon(path).close()
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={store_mod.SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(store_mod.StoreVersionError, match="newer"):
+        Store(path)
+    assert path.read_bytes() == before
+    assert statefiles.world_access(0o644) and not statefiles.world_access(0o640)
