@@ -11,7 +11,7 @@ import pytest
 from gpuperf import statefiles
 from gpuperf.daemon import store as store_mod
 from gpuperf.daemon.store import Store
-from gpuperf.report.clusterstore import ClusterStore
+from gpuperf.controller.clusterstore import ClusterStore
 
 
 def _mode(p) -> int:
