@@ -46,7 +46,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not leaked:
         return
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
-    msg = "FAILED host-state check: " + hoststate.report(leaked)
+    msg = "\nFAILED host-state check: " + hoststate.report(leaked)
     if tr is not None:
         tr.write_line(msg, red=True)
     else:
