@@ -41,4 +41,5 @@ def report(paths: list[str], limit: int = 20) -> str:
     """The message of a failed check: what appeared, and the rule."""
     shown = "\n  ".join(paths[:limit]) + (f"\n  ... and {len(paths) - limit} more" if len(paths) > limit else "")
     return ("the test session created gpuperf paths in the machine's real state directories "
-            "(tests must use the test cluster's /tmp/gpuperf-slurm-<name>/ or tmp_path):\n  " + shown)
+            "(tests must use the test cluster's /tmp/gpuperf-slurm-<name>/ or tmp_path; on a shared machine, "
+            "another checkout's session may have made them: its job ids and cluster name are in them):\n  " + shown)
