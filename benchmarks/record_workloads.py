@@ -75,11 +75,20 @@ def run_one(workload: str, outdir: Path, model: str, seconds: float, lead_s: flo
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                NCCL_NVLS_ENABLE="0")
     rec = subprocess.Popen(rec_cmd, env=env, cwd=REPO)
+    stdout = ""
     try:
         time.sleep(lead_s)
         t0 = time.monotonic()
-        rc = subprocess.run(wl_cmd, env=env, cwd=WORKLOADS).returncode
-        print(f"{workload}: exit {rc} after {time.monotonic() - t0:.1f} s", flush=True)
+        # its own session, so a hung workload (an NCCL init that never ends) goes with all its children
+        wl = subprocess.Popen(wl_cmd, env=env, cwd=WORKLOADS, stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+        try:
+            stdout, _ = wl.communicate(timeout=seconds + 60)
+        except subprocess.TimeoutExpired:
+            os.killpg(wl.pid, signal.SIGKILL)
+            stdout, _ = wl.communicate()
+        print(stdout, end="", flush=True)
+        print(f"{workload}: exit {wl.returncode} after {time.monotonic() - t0:.1f} s", flush=True)
         time.sleep(tail_s)
     finally:
         rec.send_signal(signal.SIGTERM)
@@ -87,7 +96,43 @@ def run_one(workload: str, outdir: Path, model: str, seconds: float, lead_s: flo
             rec.wait(timeout=30)
         except subprocess.TimeoutExpired:
             rec.kill()
+    achieved = parse_reports(stdout)
+    if achieved and out.exists():
+        add_to_header(out, {"achieved": achieved})
     return out
+
+
+def _value(text: str) -> object:
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def parse_reports(stdout: str) -> dict[str, dict[str, object]]:
+    """The workloads' own figures (``name: k=v ...`` lines from _common.report), by report name."""
+    out: dict[str, dict[str, object]] = {}
+    for line in stdout.splitlines():
+        m = re.match(r"^(\w+): ((?:\w+=\S+ ?)+)$", line.strip())
+        if m:
+            out[m.group(1)] = {k: _value(v) for k, v in (kv.split("=", 1) for kv in m.group(2).split())}
+    return out
+
+
+def add_to_header(path: Path, extra: dict[str, object]) -> None:
+    """Merge ``extra`` into the recording's header line (the workload's figures are known only at its end)."""
+    import gzip
+    import json
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    head = json.loads(lines[0])
+    head.update(extra)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join([json.dumps(head), *lines[1:]]) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,9 @@
 """The job summary as a Slurm AdminComment that survives ``sacctmgr`` (22.05 lowercases it).
 
 Form: ``gpuperf:v1 class=compute_bound gpus=8 tensor=94 sm=96 util=100 mem=45 power=698w
-energy=2.51kwh idle=0 z=<payload>``. The headline is lowercase ``key=value`` pairs a person reads
+energy=2.51kwh idle=0 z=<payload>``; a job that left GPUs unused leads with them:
+``class=unused_gpus unused=1/2 wasted=0.004gpuh busy=compute_bound gpus=2 ...``; a class resting on
+NVML utilization alone adds ``conf=low``. The headline is lowercase ``key=value`` pairs a person reads
 in ``sacct -o AdminComment%120``; ``z=`` holds the full summary as zlib-compressed compact JSON
 in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
 back; it has no quotes for sacctmgr to turn into backticks (FACTS.md).
@@ -39,6 +41,14 @@ def headline(summary: dict) -> list[tuple[str, str]]:
              ("util", _fmt(job.get("util_gpu_pct"))), ("mem", _fmt(job.get("mem_peak_pct"))),
              ("power", _fmt(job.get("power_mean_w"), "w")), ("energy", _fmt(job.get("energy_kwh"), "kwh", 2)),
              ("idle", _fmt(job.get("idle_pct")))]
+    unused = diag.get("unused") if isinstance(diag.get("unused"), dict) else None
+    if unused:
+        # the waste first: allocated GPUs that did nothing, and the GPU-hours they held
+        pairs[1:1] = [("unused", f"{unused.get('count', 0)}/{unused.get('of', 0)}"),
+                      ("wasted", _fmt(unused.get("wasted_gpu_hours"), "gpuh", 3)),
+                      ("busy", str(diag.get("busy_class") or "na"))]
+    if diag.get("confidence") in ("low", "medium", "none"):
+        pairs.append(("conf", str(diag["confidence"])))
     if diag.get("imbalanced"):
         pairs.append(("imbalanced", "1"))
     if q.get("partial"):

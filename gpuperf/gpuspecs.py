@@ -24,6 +24,11 @@ class GpuSpec:
     nvlink_gbps: float | None      # total NVLink bandwidth per GPU, both directions, GB/s; None: no NVLink
     fp8: bool                      # has FP8 tensor cores (Hopper, Ada, Blackwell)
     source: str
+    # The SM clock (MHz) at which the datasheet's tensor and FP figures hold: peak = SMs x FLOP per
+    # clock per SM x this clock. A job's estimate scales the peak by the clock it actually ran at
+    # (a power-capped bf16 GEMM on an H100 runs at ~1400 MHz, an FP32 one at 1980). None: unknown.
+    tensor_mhz: float | None = None
+    fp_mhz: float | None = None
 
     def to_dict(self) -> dict:
         """Plain data for JSON."""
@@ -41,18 +46,27 @@ _A10_DS = "NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu),
 
 # Matched in order against the NVML device name (lowercase whole words): specific before generic.
 _TABLE: tuple[tuple[tuple[str, ...], GpuSpec], ...] = (
-    (("h200 nvl",), GpuSpec("H200 NVL", 835.5, 60.0, 30.0, 4800.0, 900.0, True, _H200_DS)),
-    (("h200",), GpuSpec("H200 SXM", 989.5, 67.0, 34.0, 4800.0, 900.0, True, _H200_DS)),
-    (("gh200",), GpuSpec("GH200", 989.5, 67.0, 34.0, 4000.0, 900.0, True, "NVIDIA GH200 datasheet, sparse figures halved")),
-    (("h100 nvl",), GpuSpec("H100 NVL", 835.5, 60.0, 30.0, 3900.0, 600.0, True, _H100_DS)),
-    (("h100 pcie",), GpuSpec("H100 PCIe", 756.5, 51.0, 26.0, 2000.0, 600.0, True, _H100_DS)),
-    (("h100",), GpuSpec("H100 SXM", 989.5, 67.0, 34.0, 3350.0, 900.0, True, _H100_DS)),
+    # H100/H200 SXM: 132 SMs x 4096 dense bf16 FLOP/clk x 1830 MHz = 989.4 TFLOP/s; FP32 132 x 256 x
+    # 1980 MHz = 66.9 (NVIDIA H100 whitepaper, "NVIDIA H100 Tensor Core GPU Architecture", table 3).
+    # The ground-truth recordings confirm the per-clock rates (benchmarks/results/diag_estimates.md).
+    (("h200 nvl",), GpuSpec("H200 NVL", 835.5, 60.0, 30.0, 4800.0, 900.0, True, _H200_DS, 1545.0, 1776.0)),
+    (("h200",), GpuSpec("H200 SXM", 989.5, 67.0, 34.0, 4800.0, 900.0, True, _H200_DS, 1830.0, 1980.0)),
+    (("gh200",), GpuSpec("GH200", 989.5, 67.0, 34.0, 4000.0, 900.0, True, "NVIDIA GH200 datasheet, sparse figures halved",
+                         1830.0, 1980.0)),
+    # H100 NVL: 132 SMs, 835.5 / (132 x 4096) = 1545 MHz; PCIe: 114 SMs, 756.5 / (114 x 4096) = 1620 MHz
+    (("h100 nvl",), GpuSpec("H100 NVL", 835.5, 60.0, 30.0, 3900.0, 600.0, True, _H100_DS, 1545.0, 1776.0)),
+    (("h100 pcie",), GpuSpec("H100 PCIe", 756.5, 51.0, 26.0, 2000.0, 600.0, True, _H100_DS, 1620.0, 1755.0)),
+    (("h100",), GpuSpec("H100 SXM", 989.5, 67.0, 34.0, 3350.0, 900.0, True, _H100_DS, 1830.0, 1980.0)),
     (("b200",), GpuSpec("B200", 2250.0, 75.0, 37.0, 8000.0, 1800.0, True, _B200_DS)),
-    (("a100-sxm4-80gb", "a100 80gb sxm", "a100-sxm-80gb"), GpuSpec("A100 SXM 80GB", 312.0, 19.5, 9.7, 2039.0, 600.0, False, _A100_DS)),
-    (("a100-sxm4-40gb", "a100-sxm"), GpuSpec("A100 SXM 40GB", 312.0, 19.5, 9.7, 1555.0, 600.0, False, _A100_DS)),
-    (("a100 80gb pcie", "a100-pcie-80gb"), GpuSpec("A100 PCIe 80GB", 312.0, 19.5, 9.7, 1935.0, 600.0, False, _A100_DS)),
-    (("a100",), GpuSpec("A100 PCIe 40GB", 312.0, 19.5, 9.7, 1555.0, 600.0, False, _A100_DS)),
-    (("l40s",), GpuSpec("L40S", 362.0, 91.6, 1.4, 864.0, None, True, _L40S_DS)),
+    # A100: 108 SMs x 2048 dense bf16 FLOP/clk x 1410 MHz = 311.9 TFLOP/s, FP32 108 x 128 x 1410 = 19.5
+    # (NVIDIA A100 whitepaper, "NVIDIA A100 Tensor Core GPU Architecture", table 1)
+    (("a100-sxm4-80gb", "a100 80gb sxm", "a100-sxm-80gb"), GpuSpec("A100 SXM 80GB", 312.0, 19.5, 9.7, 2039.0, 600.0, False, _A100_DS, 1410.0, 1410.0)),
+    (("a100-sxm4-40gb", "a100-sxm"), GpuSpec("A100 SXM 40GB", 312.0, 19.5, 9.7, 1555.0, 600.0, False, _A100_DS, 1410.0, 1410.0)),
+    (("a100 80gb pcie", "a100-pcie-80gb"), GpuSpec("A100 PCIe 80GB", 312.0, 19.5, 9.7, 1935.0, 600.0, False, _A100_DS, 1410.0, 1410.0)),
+    (("a100",), GpuSpec("A100 PCIe 40GB", 312.0, 19.5, 9.7, 1555.0, 600.0, False, _A100_DS, 1410.0, 1410.0)),
+    # L40S: 142 SMs at 2520 MHz boost: FP32 142 x 256 x 2520 = 91.6 TFLOP/s (NVIDIA Ada GPU architecture
+    # whitepaper, appendix A); the tensor figure holds at the same clock
+    (("l40s",), GpuSpec("L40S", 362.0, 91.6, 1.4, 864.0, None, True, _L40S_DS, 2520.0, 2520.0)),
     (("l4",), GpuSpec("L4", 121.0, 30.3, 0.5, 300.0, None, True, _L4_DS)),
     (("a10",), GpuSpec("A10", 125.0, 31.2, 1.0, 600.0, None, False, _A10_DS)),
     (("v100",), GpuSpec("V100 SXM2", 125.0, 15.7, 7.8, 900.0, 300.0, False, _V100_DS)),

@@ -18,9 +18,10 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
              "sm_active_spread_pct", "util_spread_pct"},
      "hosts": {node: {"cpu_efficiency_pct", "cpu_time_s", "cpu_source", "cpus_allocated", "rss_peak_mib", "iowait_pct"}},
      "env": {node: {...}}, "affinity": {node: {...}},
-     "estimates": {"label", "model", "source", "peak_tensor_tflops", "tensor_tflops_upper", ...},
+     "estimates": {"label", "model", "source", "peak_tensor_tflops", "tensor_tflops_est", "tflops_est_per_gpu", ...},
      "quality": {"samples", "gaps", "gap_s", "partial", "reasons": [..], "nodes_expected", "nodes_missing"},
-     "diagnosis": {"class", "imbalanced", "evidence": [..], "recommendations": [..]}}
+     "diagnosis": {"class", "confidence", "imbalanced", "evidence": [..], "recommendations": [..], "findings": [..],
+                   "roofline": {..}, "unused": {..}|None, "busy_class", "phases": [..]}}
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpuperf import diagnosis, gpuspecs, jobstate
+from gpuperf.diagnosis import roofline
 
 SCHEMA = "gpuperf.summary.v1"
 
@@ -215,10 +217,10 @@ def host_summary(host: dict | None) -> dict[str, Any]:
 
 
 def estimates(gpus: list[dict]) -> dict[str, Any]:
-    """Throughput and roofline estimates from activity × the model's dense peak (upper bounds, labelled)."""
+    """Throughput and roofline estimates from activity × the model's dense peak at the clock run (labelled)."""
     names = sorted({g.get("name") or "" for g in gpus})
     spec = gpuspecs.lookup(names[0]) if len(names) == 1 else None
-    out: dict[str, Any] = {"label": "estimate: pipe activity × the model's dense peak; an upper bound, not a measurement"}
+    out: dict[str, Any] = {"label": roofline.LABEL}
     if spec is None:
         out["model"] = None
         if not names:
@@ -229,22 +231,16 @@ def estimates(gpus: list[dict]) -> dict[str, Any]:
             out["note"] = (f"GPU model {names[0]} not in gpuperf's table" if names[0]
                            else "GPU model not reported by the sampler")
         return out
-    tensor, dram = _wmean(gpus, "tensor_active_pct"), _wmean(gpus, "dram_active_pct")
-    fp32 = _wmean(gpus, "fp32_active_pct")
+    est = roofline.job_estimate(gpus, spec)
     out.update(model=spec.model, source=spec.source, peak_tensor_tflops=spec.tensor_bf16_tflops,
                peak_fp32_tflops=spec.fp32_tflops, peak_mem_bw_gbps=spec.mem_bw_gbps, fp8=spec.fp8,
-               ridge_flop_per_byte=_r(spec.tensor_bf16_tflops * 1e3 / spec.mem_bw_gbps))
-    # the busier of the tensor and FP32 pipes sets the compute estimate
-    cands = []
-    if tensor is not None:
-        cands.append(tensor / 100.0 * spec.tensor_bf16_tflops)
-    if fp32 is not None:
-        cands.append(fp32 / 100.0 * spec.fp32_tflops)
-    tflops = max(cands) if cands else None
-    bw = dram / 100.0 * spec.mem_bw_gbps if dram is not None else None
-    out["tensor_tflops_upper"] = _r(tensor / 100.0 * spec.tensor_bf16_tflops) if tensor is not None else None
-    out["tflops_upper_per_gpu"] = _r(tflops)
-    out["tflops_upper_job"] = _r(tflops * len(gpus)) if tflops is not None else None
+               ridge_flop_per_byte=_r(spec.tensor_bf16_tflops * 1e3 / spec.mem_bw_gbps),
+               error_pct=roofline.ERROR_PCT, clock_scaled=est["clock_scaled"])
+    # the busier of the tensor and FP pipes sets the compute estimate
+    tflops, bw = est["tflops"], est["dram_gbps"]
+    out["tensor_tflops_est"] = _r(est["tensor_tflops"])
+    out["tflops_est_per_gpu"] = _r(tflops)
+    out["tflops_est_job"] = _r(est["tflops_job"])
     out["dram_gbps"] = _r(bw)
     if tflops is not None and bw:
         intensity = tflops * 1e3 / bw                     # FLOP per byte of DRAM traffic

@@ -30,3 +30,8 @@ def until(seconds: float):
 def report(name: str, **figures: object) -> None:
     """One line saying what the workload did, for the recording's log."""
     print(f"{name}: " + " ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
+
+
+def window(t0: float, t1: float) -> dict[str, float]:
+    """The timed loop's wall-clock window (unix seconds), so a test can read the recording over it alone."""
+    return {"t_start": round(t0, 3), "t_end": round(t1, 3)}

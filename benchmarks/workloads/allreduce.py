@@ -14,7 +14,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from _common import args, report, until  # noqa: E402
+from _common import args, report, until, window  # noqa: E402
 
 
 def free_port() -> int:
@@ -30,18 +30,19 @@ def worker(rank: int, world: int, port: int, seconds: float, mib: float) -> None
     x = torch.ones(int(mib * 2**20 / 4), device="cuda")
     dist.all_reduce(x)  # warm-up: builds the communicator
     torch.cuda.synchronize()
-    t0 = time.monotonic()
+    t0, w0 = time.monotonic(), time.time()
     n = 0
     for i in until(seconds):
         for _ in range(10):
             dist.all_reduce(x)
         torch.cuda.synchronize()
         n += 10
-    dt = time.monotonic() - t0
+    dt, w1 = time.monotonic() - t0, time.time()
     size = x.numel() * 4
     if rank == 0:
         busbw = 2 * (world - 1) / world * size * n / dt / 1e9
-        report("allreduce", gpus=world, mib=mib, iters=n, busbw_gbps=round(busbw, 1))
+        report("allreduce", gpus=world, mib=mib, iters=n, busbw_gbps=round(busbw, 1),
+               algbw_gbps=round(size * n / dt / 1e9, 1), **window(w0, w1))
     dist.destroy_process_group()
 
 

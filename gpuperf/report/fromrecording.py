@@ -51,3 +51,53 @@ def replay_job(path: str, job_id: int = 1, node: str = "n1", gpus: int | None = 
 def workload(path: str) -> str | None:
     """The workload label of a recording (its header's ``workload``)."""
     return load_recording(path).header.get("workload")
+
+
+def workload_window(path: str) -> tuple[float, float] | None:
+    """The timed loop's window (unix seconds) the workload stored in the header's ``achieved``, if any."""
+    for fig in (load_recording(path).header.get("achieved") or {}).values():
+        if isinstance(fig, dict) and isinstance(fig.get("t_start"), (int, float)) and isinstance(fig.get("t_end"), (int, float)):
+            return float(fig["t_start"]), float(fig["t_end"])
+    return None
+
+
+def trimmed(path: str, dest: str, window: tuple[float, float] | None = None) -> str:
+    """A copy of the recording with only the sweeps inside its workload window (whole when it has none).
+
+    A sweep's rates cover the interval before it, so the first one kept is a full interval past the start.
+    """
+    import gzip
+    import json
+
+    win = window or workload_window(path)
+    with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    head = json.loads(lines[0])
+    step = float(head.get("interval_s") or 1.0)
+    keep = [ln for ln in lines[1:] if ln.strip() and (win is None or win[0] + step <= json.loads(ln).get("t", 0) <= win[1])]
+    with open(dest, "w", encoding="utf-8") as f:
+        f.write("\n".join([lines[0], *keep]) + "\n")
+    return dest
+
+
+def window_job(path: str, gpus: int | None = None,
+               window: tuple[float, float] | None = None) -> tuple[dict[str, Any], dict[str, dict] | None]:
+    """(node summary, series) of a job that held ``gpus`` of the recorded GPUs over the workload's window."""
+    import os
+    import tempfile
+
+    from gpuperf import summary
+
+    with tempfile.TemporaryDirectory() as d:
+        aggs, series = replay_job(trimmed(path, os.path.join(d, "window.jsonl"), window), job_id=7, node="rec", gpus=gpus,
+                                  with_series=True)
+    return summary.node_summary(aggs, {"job_id": 7, "node": "rec"}), series
+
+
+def achieved(path: str) -> dict[str, Any]:
+    """The workload's own figures (its report lines, merged): tflops, gbps or busbw_gbps, and its window."""
+    out: dict[str, Any] = {}
+    for fig in (load_recording(path).header.get("achieved") or {}).values():
+        if isinstance(fig, dict):
+            out.update(fig)
+    return out

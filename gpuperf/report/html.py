@@ -15,6 +15,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.offline
 
+from gpuperf import gpuspecs
+from gpuperf.diagnosis import roofline
 from gpuperf.report import terminal
 
 # chart id, title, unit, the series fields summed into the line, scale to the unit
@@ -102,10 +104,10 @@ def roofline_figure(s: dict) -> go.Figure | None:
         fig.add_trace(go.Scatter(x=[p[1] for p in spec_pts], y=[p[2] for p in spec_pts], mode="markers",
                                  name="each GPU (estimate)", text=[p[0] for p in spec_pts], marker={"size": 7, "opacity": 0.6}))
     if e.get("intensity_flop_per_byte") is not None:
-        fig.add_trace(go.Scatter(x=[e["intensity_flop_per_byte"]], y=[e["tflops_upper_per_gpu"]], mode="markers+text",
+        fig.add_trace(go.Scatter(x=[e["intensity_flop_per_byte"]], y=[e["tflops_est_per_gpu"]], mode="markers+text",
                                  name="job (estimate)", text=["job"], textposition="top center",
                                  marker={"size": 14, "symbol": "star", "color": "crimson"}))
-    fig.update_layout(title="Roofline (estimate: activity × dense peak; upper bound)", height=420,
+    fig.update_layout(title="Roofline (estimate: activity × dense peak at the clock run)", height=420,
                       xaxis={"type": "log", "title": "arithmetic intensity, FLOP per DRAM byte"},
                       yaxis={"type": "log", "title": "TFLOP/s per GPU"}, template="plotly_white",
                       margin={"l": 60, "r": 20, "t": 40, "b": 50})
@@ -113,16 +115,15 @@ def roofline_figure(s: dict) -> go.Figure | None:
 
 
 def _gpu_point(g: dict, peak: float, bw: float, fp32_peak: float | None) -> tuple[float, float] | None:
-    tensor, dram, fp32 = g.get("tensor_active_pct"), g.get("dram_active_pct"), g.get("fp32_active_pct")
-    cands = [tensor / 100 * peak] if tensor is not None else []
-    if fp32 is not None and fp32_peak:
-        cands.append(fp32 / 100 * fp32_peak)
-    if not cands or not dram:
+    """(FLOP per DRAM byte, TFLOP/s) of one GPU, estimated as the summary's estimates are (clock-scaled)."""
+    spec = gpuspecs.lookup(g.get("name"))
+    if spec is None:
         return None
-    tflops = max(cands)
-    if tflops <= 0:
+    est = roofline.gpu_estimate(g, spec)
+    tflops, gbps = est["tflops"], est["dram_gbps"]
+    if not tflops or not gbps or tflops <= 0:
         return None
-    return tflops * 1e3 / (dram / 100 * bw), tflops
+    return tflops * 1e3 / gbps, tflops
 
 
 def _fig_html(fig: go.Figure, div_id: str) -> str:
@@ -161,9 +162,18 @@ def _summary_html(s: dict) -> str:
     if q.get("partial"):
         parts.append(f"<div class='partial'>Partial summary: {_e('; '.join(q.get('reasons') or []))}</div>")
     diag = [f"<div class='diag'><span class='cls' id='diagnosis-class'>{_e(str(d.get('class') or 'unknown').replace('_', '-'))}</span>"]
+    if d.get("busy_class"):
+        diag.append(f" <span class='sub'>(working GPUs: {_e(str(d['busy_class']).replace('_', '-'))})</span>")
     if d.get("imbalanced"):
         diag.append(" <span class='imb'>+ imbalanced</span>")
+    if d.get("confidence") and d["confidence"] != "high":
+        diag.append(f" <span class='imb'>confidence {_e(d['confidence'])}</span>")
     diag.append("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in d.get("evidence") or []) + "</ul>")
+    if d.get("phases"):
+        diag.append("<b>Phases</b><ol id='phases'>" + "".join(
+            f"<li>{_e(terminal.fmt_duration(ph.get('end', 0) - ph.get('start', 0)))}: "
+            f"{_e(str(ph.get('class')).replace('_', '-'))}, {_n(ph.get('share_pct'))}% of the GPU-hours</li>"
+            for ph in d["phases"]) + "</ol>")
     if d.get("notes"):
         diag.append("<ul>" + "".join(f"<li class='note'>{_e(x)}</li>" for x in d["notes"]) + "</ul>")
     if d.get("recommendations"):
@@ -180,7 +190,7 @@ def _summary_html(s: dict) -> str:
     parts.append("<h2>Per GPU</h2><table id='gpus'>" + "".join(rows) + "</table>")
     e = s.get("estimates") or {}
     if e.get("model"):
-        parts.append(f"<p class='est'>{_e(e['model'])}: at most {_n(e.get('tflops_upper_per_gpu'))} TFLOP/s per GPU of "
+        parts.append(f"<p class='est'>{_e(e['model'])}: about {_n(e.get('tflops_est_per_gpu'))} TFLOP/s per GPU of "
                      f"{_n(e['peak_tensor_tflops'])} dense; DRAM {_n(e.get('dram_gbps'))} of {_n(e['peak_mem_bw_gbps'])} GB/s. "
                      f"{_e(e['label'])}. Peaks: {_e(e['source'])}.</p>")
     return "\n".join(parts)

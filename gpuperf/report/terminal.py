@@ -39,6 +39,22 @@ def _bytes(n: float | None) -> str:
     return f"{n:.1f} EB"
 
 
+def _rate(n: float | None) -> str:
+    """Bytes per second, or 'n/a' (never 'n/a/s')."""
+    return "n/a" if n is None else f"{_bytes(n)}/s"
+
+
+def _power(job: dict) -> str:
+    """Mean power per GPU and summed over the job, and the highest one GPU drew, each labelled."""
+    mean, n = job.get("power_mean_w"), job.get("gpu_count") or 0
+    if mean is None:
+        return "n/a"
+    per = f"mean {mean / n:.0f} W per GPU ({mean:.0f} W over {n} GPUs)" if n > 1 else f"mean {mean:.0f} W"
+    peak = job.get("power_max_w")
+    return (per + (f", peak {peak:.0f} W on one GPU" if peak is not None else "")
+            + f"; mean {_pct(job.get('power_mean_pct_of_limit'))} of the power limit")
+
+
 def fmt_duration(s: float | None) -> str:
     """Seconds as [Nd ]HH:MM:SS (n/a for None)."""
     if s is None:
@@ -75,10 +91,17 @@ def _diagnosis(s: dict) -> Panel:
     body = Text()
     cls = str(d.get("class") or "unknown")
     body.append(cls.replace("_", "-").upper(), style="bold magenta")
+    if d.get("busy_class"):
+        body.append(f"  (working GPUs: {str(d['busy_class']).replace('_', '-')})", style="magenta")
     if d.get("imbalanced"):
         body.append("  + IMBALANCED", style="bold yellow")
+    if d.get("confidence") and d["confidence"] != "high":
+        body.append(f"  confidence {d['confidence']}", style="yellow")
     for e in d.get("evidence") or []:
         body.append(f"\n  • {e}")
+    for ph in d.get("phases") or []:
+        body.append(f"\n  ◦ phase {_when(ph.get('start'))} → {_when(ph.get('end'))}: "
+                    f"{str(ph.get('class')).replace('_', '-')}, {ph.get('share_pct', 0):.0f}% of the GPU-hours")
     for n in d.get("notes") or []:
         body.append(f"\n  ! {n}", style="yellow")
     recs = d.get("recommendations") or []
@@ -120,14 +143,13 @@ def _totals(s: dict) -> Table:
     t.add_column()
     thr = job.get("throttle_s") or {}
     t.add_row("Energy", f"{job.get('energy_kwh') or 0:.3f} kWh ({job.get('energy_j') or 0:,.0f} J)")
-    t.add_row("Power", f"mean {job.get('power_mean_w') or 0:.0f} W all GPUs, max {job.get('power_max_w') or 0:.0f} W "
-                       f"one GPU ({_pct(job.get('power_mean_pct_of_limit'))} of limit)")
+    t.add_row("Power", _power(job))
     t.add_row("Utilization vs SM", f"NVML util {_pct(job.get('util_gpu_pct'))}, SM active {_pct(job.get('sm_active_pct'))}"
                                    f" (difference {_pct(job.get('util_minus_sm_pct'))})")
     t.add_row("NVLink", f"{_bytes((job.get('nvlink_tx_bytes') or 0) + (job.get('nvlink_rx_bytes') or 0))}, "
-                        f"{_bytes(job.get('nvlink_bps'))}/s per GPU")
+                        f"{_rate(job.get('nvlink_bps'))} per GPU")
     t.add_row("PCIe", f"{_bytes((job.get('pcie_tx_bytes') or 0) + (job.get('pcie_rx_bytes') or 0))}, "
-                      f"{_bytes(job.get('pcie_bps'))}/s per GPU")
+                      f"{_rate(job.get('pcie_bps'))} per GPU")
     t.add_row("Throttling", ", ".join(f"{k} {v:.0f} s" for k, v in thr.items() if v) or "none")
     t.add_row("Idle", f"{job.get('idle_s') or 0:.0f} GPU-s without a kernel ({_pct(job.get('idle_pct'))})")
     for node, h in (s.get("hosts") or {}).items():
@@ -137,8 +159,10 @@ def _totals(s: dict) -> Table:
                                   f"RSS peak {rss}, I/O wait {_pct(h.get('iowait_pct'))}")
     e = s.get("estimates") or {}
     if e.get("model"):
-        line = (f"{e['model']}: ≤ {e.get('tflops_upper_per_gpu') or 0:.0f} TFLOP/s per GPU of {e['peak_tensor_tflops']:.0f} dense peak, "
-                f"DRAM {e.get('dram_gbps') or 0:.0f} of {e['peak_mem_bw_gbps']:.0f} GB/s")
+        tf, bw = e.get("tflops_est_per_gpu"), e.get("dram_gbps")
+        line = (f"{e['model']}: ≈ {'n/a' if tf is None else f'{tf:.0f}'} TFLOP/s per GPU of "
+                f"{e['peak_tensor_tflops']:.0f} dense peak, DRAM ≈ {'n/a' if bw is None else f'{bw:.0f}'} "
+                f"of {e['peak_mem_bw_gbps']:.0f} GB/s")
         if e.get("intensity_flop_per_byte") is not None:
             line += f"; {e['intensity_flop_per_byte']:.0f} FLOP/B, {e['roofline_side']}-side of the roofline (ridge {e['ridge_flop_per_byte']:.0f})"
         t.add_row("Estimates", Text(line + "\n(" + e["label"] + ")", style="italic"))

@@ -1,0 +1,210 @@
+"""Why a job was slow: one primary class from its summary, with the evidence, a confidence, and what to change.
+
+Pure: ``diagnose(summary, series=None, thresholds=None) -> Diagnosis``. Order of judgement: nothing
+sampled (``no_data``); allocated GPUs left unused (``unused_gpus``, with the class of the GPUs that
+worked); then the rules in ``classify.py`` on the working GPUs. Findings (tensor cores unused, SMs
+underfilled) and the distance to the roofline stand beside the class; a series splits the job into phases.
+Thresholds come from ``[report] thresholds`` in the config (``thresholds.py`` says why each is what it is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuperf import gpuspecs
+from gpuperf.diagnosis import advice, phases, roofline
+from gpuperf.diagnosis.classify import classify
+from gpuperf.diagnosis.signals import Signals, num, pct, signals
+from gpuperf.diagnosis.thresholds import CLASSES, DEFAULTS, resolve_thresholds
+
+__all__ = ["CLASSES", "DEFAULTS", "Diagnosis", "diagnose", "resolve_thresholds", "required_evidence"]
+
+
+@dataclass
+class Diagnosis:
+    """One primary class, how sure, whether GPUs were imbalanced, the evidence, and 1-3 recommendations."""
+
+    cls: str
+    imbalanced: bool = False
+    evidence: list[str] = field(default_factory=list)
+    recommendations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    confidence: str = "high"                 # high | medium | low | none (what the class rests on)
+    findings: list[dict[str, str]] = field(default_factory=list)
+    roofline: dict[str, Any] | None = None   # estimates and distance to the roof (roofline.job_estimate)
+    unused: dict[str, Any] | None = None     # {"gpus", "count", "of", "wasted_gpu_hours"} when GPUs sat unused
+    busy_class: str | None = None            # with unused_gpus: the class of the GPUs that worked
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data; the class under the key ``class``."""
+        d = asdict(self)
+        d["class"] = d.pop("cls")
+        return d
+
+
+def required_evidence(cls: str) -> tuple[tuple[str, ...], ...]:
+    """Job figures a class rests on: every group must have at least one measured key (documented contract)."""
+    return {
+        "idle": (("util_gpu_pct", "sm_active_pct", "idle_pct"),),
+        "input_bound": (("util_gpu_pct", "sm_active_pct"),),
+        "launch_bound": (("util_gpu_pct",), ("sm_active_pct",)),
+        "memory_bound": (("dram_active_pct",),),
+        "compute_bound": (("sm_active_pct", "util_gpu_pct"), ("tensor_active_pct", "fp16_active_pct",
+                                                               "fp32_active_pct", "fp64_active_pct")),
+        "communication_bound": (("nvlink_bps", "pcie_bps", "net_bps"),),
+        "throttled": (("throttle_s",),),
+        "busy_unprofiled": (("util_gpu_pct", "sm_active_pct", "idle_pct"),),
+        "unused_gpus": (("util_gpu_pct", "sm_active_pct", "idle_pct"),),
+    }.get(cls, ())
+
+
+def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None = None) -> Diagnosis:
+    """The primary class of a job from its summary (and optional per-GPU series), with evidence."""
+    th = resolve_thresholds(thresholds)
+    gpus = [g for g in summary.get("gpus") or [] if isinstance(g, dict)]
+    unused, used = _unused(gpus, th)
+    work = _restrict(summary, used) if unused else summary
+    s = signals(work, series if not unused else None)
+    cls, evidence = classify(s, th)
+    spec = gpuspecs.lookup((used or gpus or [{}])[0].get("name"))
+    d = Diagnosis(cls=cls, evidence=evidence, confidence=_confidence(cls, s))
+    d.imbalanced, imb = _imbalance(gpus, th)
+    if cls != "no_data":
+        d.findings = advice.findings(s, th)
+        d.evidence += [f["text"] for f in d.findings]
+        if spec is not None and s.profiled:
+            d.roofline = _round(roofline.job_estimate([g for g in (used or gpus)], spec))
+            d.roofline["model"] = spec.model
+            line = _roof_line(cls, d.roofline, spec)
+            if line:
+                d.evidence.append(line)
+    if unused:
+        d.unused = unused
+        d.busy_class, d.cls = cls, "unused_gpus"
+        d.evidence.insert(0, f"{unused['count']} of {unused['of']} allocated GPUs had no kernel for at least "
+                             f"{th['unused_share_pct']:.0f}% of the job ({', '.join(unused['gpus'])}): "
+                             f"{unused['wasted_gpu_hours']:.3g} GPU-hours wasted; the working GPUs are {cls}")
+    else:
+        d.evidence += imb
+    if series and unused:
+        # the working GPUs' series: bursts and phases of the GPUs that did nothing say nothing
+        keep = {str(g.get("gpu")) for g in used}
+        series = {k: v for k, v in series.items() if k in keep}
+    if series and cls not in ("no_data",):
+        burst = _bursts(series, th)
+        if burst:
+            d.evidence.append(burst)
+        d.phases = phases.segment(series, th)
+    d.notes = _notes(s, summary, th, d.cls)
+    d.recommendations = advice.recommend(d.cls, s, spec, d.roofline, d.findings, d.imbalanced and not unused, th)
+    if unused:
+        more = advice.recommend(cls, s, spec, d.roofline, d.findings, False, th)
+        d.recommendations = (d.recommendations[:1] + [r for r in more if r not in d.recommendations[:1]])[:3]
+    return d
+
+
+def _confidence(cls: str, s: Signals) -> str:
+    if cls == "no_data":
+        return "none"
+    if s.profiled:
+        return "high"
+    return "medium" if s.sm is not None else "low"
+
+
+def _notes(s: Signals, summary: dict, th: dict[str, float], cls: str) -> list[str]:
+    notes = []
+    if s.util is not None and s.sm is not None and s.util >= 90 and s.sm < 50:
+        notes.append(f"NVML utilization {pct(s.util)} but SM active {pct(s.sm)}: 'utilization' only says a "
+                     "kernel was running, not how much of the GPU it used")
+    if cls != "no_data" and s.sm is None:
+        notes.append("no SM/tensor/DRAM activity (needs GPM on Hopper+ or DCGM): classified from utilization only "
+                     "(low confidence: says whether kernels ran, not what bounds them)")
+    if s.power_cap_share >= th["throttle_share_pct"] and cls != "throttled":
+        notes.append(f"at the software power cap {pct(s.power_cap_share)} of the time (normal for busy GPUs)")
+    q = summary.get("quality") or {}
+    if q.get("partial"):
+        notes.append("summary is partial: " + "; ".join(str(r) for r in q.get("reasons") or []))
+    return notes
+
+
+def _unused(gpus: list[dict], th: dict[str, float]) -> tuple[dict[str, Any] | None, list[dict]]:
+    """(the unused-GPU finding or None, the GPUs that worked): idle >= unused_share while another works."""
+    if len(gpus) < 2:
+        return None, gpus
+    idle, used = [], []
+    for g in gpus:
+        share = num(g.get("idle_pct"))
+        busy = [num(g.get(k)) for k in ("util_gpu_pct", "sm_active_pct") if num(g.get(k)) is not None]
+        if share is not None:
+            # no kernel by NVML's count, and no SM activity either (short kernels escape NVML's sampling)
+            no_work = share >= th["unused_share_pct"] and (not busy or max(busy) < th["idle_util_pct"])
+        elif busy:
+            no_work = max(busy) < th["idle_util_pct"]
+        else:
+            used.append(g)          # nothing measured: not evidence of anything
+            continue
+        (idle if no_work else used).append(g)
+    working = [g for g in used if any(num(g.get(k)) is not None for k in ("util_gpu_pct", "sm_active_pct", "idle_pct"))]
+    if not idle or not working:
+        return None, gpus
+    wasted = sum(num(g.get("seconds")) or 0.0 for g in idle) / 3600.0
+    return {"gpus": [f"{g.get('node')}:{g.get('gpu')}" for g in idle], "count": len(idle), "of": len(gpus),
+            "wasted_gpu_hours": round(wasted, 4)}, used
+
+
+def _restrict(summary: dict, gpus: list[dict]) -> dict:
+    """The summary as if the job had held only ``gpus`` (job-wide figures recomputed)."""
+    from gpuperf.summary import job_totals  # summary imports this package; the reverse only at call time
+
+    job = job_totals(gpus)
+    if job.get("idle_pct") is None:
+        # summaries that kept each GPU's no-kernel share but not its seconds (older, or trimmed ones)
+        shares = [(num(g.get("idle_pct")), num(g.get("seconds")) or 1.0) for g in gpus if num(g.get("idle_pct")) is not None]
+        if shares:
+            job["idle_pct"] = sum(v * w for v, w in shares) / sum(w for _, w in shares)
+    return dict(summary, gpus=gpus, job=job)
+
+
+def _roof_line(cls: str, roof: dict[str, Any], spec: gpuspecs.GpuSpec) -> str | None:
+    if cls in ("compute_bound", "busy_unprofiled") and roof.get("tflops") is not None:
+        return (f"estimated {roof['tflops']:.0f} TFLOP/s per GPU, {roof['tensor_peak_pct']:.0f}% of the {spec.model}'s "
+                f"dense bf16 peak ({spec.tensor_bf16_tflops:.0f}); busiest math pipe at {pct(roof['compute_roof_pct'])} "
+                f"of its roof (±{roofline.ERROR_PCT:.0f}%)")
+    if cls == "memory_bound" and roof.get("dram_gbps") is not None:
+        return (f"estimated {roof['dram_gbps']:.0f} GB/s per GPU of {spec.mem_bw_gbps:.0f} GB/s peak "
+                f"({pct(roof['dram_roof_pct'])} of the bandwidth roof, ±{roofline.ERROR_PCT:.0f}%)")
+    return None
+
+
+def _round(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (round(v, 1) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def _imbalance(gpus: list[dict], th: dict[str, float]) -> tuple[bool, list[str]]:
+    if len(gpus) < 2:
+        return False, []
+    for key, label in (("sm_active_pct", "SM active"), ("util_gpu_pct", "utilization")):
+        vals = [(num(g.get(key)), g) for g in gpus if num(g.get(key)) is not None]
+        if len(vals) < 2:
+            continue
+        lo, hi = min(vals, key=lambda x: x[0]), max(vals, key=lambda x: x[0])
+        if hi[0] - lo[0] >= th["imbalance_spread_pct"]:
+            return True, [f"{label} differs across GPUs: {pct(lo[0])} on {lo[1].get('node')}:{lo[1].get('gpu')} "
+                          f"vs {pct(hi[0])} on {hi[1].get('node')}:{hi[1].get('gpu')}"]
+        break  # SM activity, where known, is the better figure; utilization only when SM is absent
+    return False, []
+
+
+def _bursts(series: dict, th: dict[str, float]) -> str | None:
+    """'Works in bursts' evidence from the per-GPU series: samples with no kernel and samples nearly all busy."""
+    utils = [v for ser in series.values() for v in (ser.get("util_gpu_pct") or []) if num(v) is not None]
+    if len(utils) < 10:
+        return None
+    idle = sum(1 for v in utils if v < th["idle_util_pct"]) / len(utils)
+    busy = sum(1 for v in utils if v >= 80.0) / len(utils)
+    # both states common: the GPU runs flat out, then waits (input pipeline, synchronisation, checkpoints)
+    if idle >= 0.15 and busy >= 0.15:
+        return f"the GPU works in bursts: no kernel in {idle:.0%} of the samples, over 80% busy in {busy:.0%}"
+    return None

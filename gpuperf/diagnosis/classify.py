@@ -1,0 +1,110 @@
+"""The primary class from a job's Signals: ordered rules, each needing the evidence it names.
+
+A rule fires only on figures that were measured: with utilization alone no bottleneck class is given
+(``busy_unprofiled``), and with nothing sampled the class is ``no_data``.
+"""
+
+from __future__ import annotations
+
+from gpuperf.diagnosis.signals import Signals, pct
+
+
+def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
+    """(class, evidence) for one set of job-wide figures."""
+    # 0. nothing sampled: no figure to judge by, and saying anything else would invent it
+    if not s.has_activity:
+        return "no_data", [f"no GPU activity was sampled ({s.gpu_count} GPU(s), {s.samples} samples): the node "
+                           "daemon was down or did not cover these GPUs"]
+    busy = s.util if s.util is not None else s.sm
+    # 1. idle first: nothing else means anything when no kernel runs
+    idle_ev = [f"GPU utilization {pct(s.util)}, SM active {pct(s.sm)}, no kernel {pct(s.idle_share)} of the time"]
+    # NVML utilization samples a fraction of each second and misses short kernels that SM activity
+    # (which integrates) sees: no-kernel time counts as idle only when SM activity agrees
+    if (s.idle_share is not None and s.idle_share >= th["idle_share_pct"]
+            and (s.sm is None or s.sm < th["idle_util_pct"])):
+        return "idle", idle_ev
+    if busy is None:
+        # only the no-kernel share is known, and it is below the idle bar: kernels ran, nothing says how
+        return "busy_unprofiled", [f"kernels ran in {pct(100.0 - s.idle_share)} of the samples; utilization "
+                                   "and SM activity were not measured"] if s.idle_share is not None else idle_ev
+    if busy < th["idle_util_pct"] and (s.sm is None or s.sm < th["idle_util_pct"]):
+        # Little kernel time, but kernels keep arriving (most samples saw one): the GPU is waiting on
+        # whatever feeds it, unless the host is known to be doing nothing either.
+        host_idle = (s.cpu_eff is not None and s.cpu_eff < th["input_host_cpu_pct"]
+                     and (s.iowait is None or s.iowait < th["input_host_cpu_pct"]))
+        if s.idle_share is not None and not host_idle:
+            return "input_bound", [f"kernels ran in {pct(100.0 - s.idle_share)} of the samples but kept the GPU busy "
+                                   f"only {pct(busy)} of the time (SM active {pct(s.sm)}): the GPU waits between them",
+                                   *host_evidence(s)]
+        return "idle", idle_ev
+    # 2. throttling distorts every other figure (clocks drop), so it is named before the workload's shape
+    if s.hw_throttle_share >= th["throttle_share_pct"]:
+        return "throttled", [f"hardware/thermal throttling {pct(s.hw_throttle_share)} of the GPU time"]
+    # 3. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
+    comm = _communication(s, th)
+    if comm:
+        return "communication_bound", comm
+    spu = s.sm_per_util
+    # 4. the GPU waits for its host: kernels run a small share of the time, but fill the GPU when they do
+    if busy < th["input_util_pct"] and (spu is None or spu >= th["launch_sm_per_util"]):
+        return "input_bound", [f"GPU utilization {pct(s.util)}: kernels ran {pct(s.util)} of the time, "
+                               f"SM active {pct(s.sm)}", *host_evidence(s)]
+    # 5. compute vs memory: whichever of the math pipes and the DRAM is further past its threshold
+    comp = (s.pipes or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
+    mem = (s.dram or 0.0) / th["memory_dram_pct"] if th["memory_dram_pct"] else 0.0
+    if max(comp, mem) >= 1.0:
+        if mem > comp:
+            return "memory_bound", [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
+        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"]
+    # 6. kernels run most of the time but fill few SMs: launch overhead and tiny grids
+    if spu is not None and spu < th["launch_sm_per_util"]:
+        return "launch_bound", [f"GPU utilization {pct(s.util)} but SM active {pct(s.sm)} "
+                                f"({spu:.2f} of the GPU filled while a kernel runs)"]
+    # 7. SMs busy, pipes and DRAM measured and none dominant: the math runs on CUDA cores at low
+    # intensity; without the pipes (or SM activity) nothing says what bounds the kernels
+    if s.sm is not None and s.pipes is not None and s.dram is not None:
+        return "compute_bound", [f"SM active {pct(s.sm)}, tensor {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, "
+                                 f"DRAM {pct(s.dram)}: no pipe dominant"]
+    return "busy_unprofiled", [f"GPU utilization {pct(s.util)}, SM active {pct(s.sm)}: kernels ran, but "
+                               f"tensor/FP pipe and DRAM activity were not measured (tensor {pct(s.tensor)}, "
+                               f"DRAM {pct(s.dram)})"]
+
+
+def _communication(s: Signals, th: dict[str, float]) -> list[str]:
+    """Evidence that the GPUs mostly move data between themselves (empty when they do not)."""
+    pipes = s.pipes or 0.0
+    comm_nv = s.nvlink_gbps is not None and s.nvlink_gbps >= th["comm_nvlink_gbps"]
+    comm_net = s.nodes > 1 and s.pcie_gbps is not None and s.pcie_gbps >= th["comm_pcie_gbps"]
+    comm_tcp = s.nccl_on_tcp and (s.eth_gbps or 0.0) >= th["comm_eth_gbps"]
+    comm_net = comm_net or comm_tcp
+    # one node, several GPUs: kernels that hold the GPU but barely use SMs, PCIe busy, NVLink idle
+    comm_host = (s.gpu_count >= 2 and s.pcie_gbps is not None and s.pcie_gbps >= th["comm_host_pcie_gbps"]
+                 and (s.nvlink_gbps is None or s.nvlink_gbps < 1.0) and s.sm is not None
+                 and s.sm < 2 * th["idle_util_pct"] and s.util is not None and s.util >= th["input_util_pct"])
+    if not (comm_nv or comm_net or comm_host) or pipes >= th["compute_pipe_pct"]:
+        return []
+    if not (comm_nv or comm_host) and s.dram is not None and s.dram >= th["memory_dram_pct"]:
+        return []
+    ev = [f"NVLink {s.nvlink_gbps:.1f} GB/s per GPU" if s.nvlink_gbps is not None else "NVLink n/a",
+          f"tensor active {pct(s.tensor)}, SM active {pct(s.sm)}"]
+    if comm_net and s.pcie_gbps is not None:
+        ev.append(f"PCIe (network) {s.pcie_gbps:.1f} GB/s per GPU across {s.nodes} nodes")
+    if comm_tcp:
+        ev.append(f"Ethernet {s.eth_gbps:.1f} GB/s per node while RDMA ports carry {s.rdma_gbps:.2f} GB/s: "
+                  "NCCL on TCP sockets")
+    if comm_host and not comm_nv:
+        ev.append(f"PCIe {s.pcie_gbps:.1f} GB/s per GPU with NVLink idle and SMs {pct(s.sm)} busy under "
+                  f"{pct(s.util)} utilization: collectives through host memory (NCCL sockets, or P2P/SHM disabled)")
+    return ev
+
+
+def host_evidence(s: Signals) -> list[str]:
+    """The host's CPU efficiency and I/O wait as evidence (or that they are absent)."""
+    ev = []
+    if s.cpu_eff is not None:
+        ev.append(f"host CPU efficiency {pct(s.cpu_eff)}")
+    if s.iowait is not None:
+        ev.append(f"I/O wait {pct(s.iowait)}")
+    if not ev:
+        ev.append("host CPU and I/O figures absent")
+    return ev
