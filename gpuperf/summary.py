@@ -338,7 +338,8 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     }
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
-    s["diagnosis"] = diagnosis.diagnose(s, thresholds=context.get("thresholds")).to_dict()
+    series = context.get("series") if isinstance(context.get("series"), dict) else None
+    s["diagnosis"] = diagnosis.diagnose(s, series, thresholds=context.get("thresholds")).to_dict()
     return s
 
 

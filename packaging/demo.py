@@ -1,15 +1,16 @@
 """The quick-start demo: a real single-node Slurm cluster with gpuperf wired in, sample jobs, their reports.
 
-Run by ``packaging/demo.sh`` after the install. The node has 4 fake GPUs (character devices); the
-node daemon replays GPU recordings made on real H100/H200 GPUs (``tests/data/recordings/``), one
-recording per job, so each job shows a different bottleneck. Everything else is real: Slurm's
+Run by ``packaging/demo.sh`` after the install. The node is the recorded 4x H200 VM
+(``tests/data/nodes/h200x4-vm``) with 4 fake GPUs (character devices); the node daemon replays GPU
+recordings made on real H200s (``tests/data/recordings/``), one per job and only on the GPUs the job
+holds, so each job shows a different diagnosis and the node's GPU model is the recordings'. Everything else is real: Slurm's
 Prolog/TaskProlog/Epilog/EpilogSlurmctld run gpuperf, the SPANK plugin pins tasks, the summary
 travels to the controller's collector authenticated with munge and lands in sacct's AdminComment.
 """
 
 from __future__ import annotations
 
-import glob
+import json
 import os
 import subprocess
 import sys
@@ -21,18 +22,47 @@ sys.path.insert(0, str(REPO / "tests" / "cluster"))
 
 from slurmcluster import SlurmCluster  # noqa: E402
 
-GPUPERF = "/opt/gpuperf/venv/bin/gpuperf"
+PREFIX = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf")
+GPUPERF = f"{PREFIX}/venv/bin/gpuperf"
 RECORDINGS = REPO / "tests" / "data" / "recordings"
-# (job name, recording, GPUs): what each sample job "did" on its GPUs
+NODE_ROOT = REPO / "tests" / "data" / "nodes" / "h200x4-vm"
+# (job name, recording's workload, GPUs the job asks for): what each sample job "did" on its GPUs
 JOBS = [
-    ("train-matmul", "matmul_bf16", 1),
-    ("stencil-memory", "membound", 1),
-    ("tiny-kernels", "tiny_kernels", 1),
-    ("slow-loader", "input_bound", 1),
-    ("forgot-the-gpu", "idle", 1),
+    ("train-step", "train_step", 1),
+    ("fp32-gemm", "gemm_fp32", 1),
+    ("one-of-two-gpus", "one_busy", 2),
+    ("allreduce-sockets", "allreduce_sockets", 2),
     ("allreduce-4gpu", "allreduce", 4),
 ]
 JOB_SECONDS = 25
+
+
+def node_model(root: Path = NODE_ROOT) -> str:
+    """The GPU model of the demo node (its recorded NVML snapshot)."""
+    return json.loads((root / "gpus.json").read_text())["gpus"][0]["name"]
+
+
+def recording_model(path: Path) -> str | None:
+    """The GPU model a recording was made on (its header)."""
+    from gpuperf.samplers.replay import load_recording
+
+    gpus = load_recording(str(path)).header.get("gpus") or [{}]
+    return gpus[0].get("name")
+
+
+def plan(model: str, recordings: Path = RECORDINGS) -> list[tuple[str, Path, int, str]]:
+    """(job name, recording, GPUs, replay backend) per demo job whose workload was recorded on ``model``.
+
+    The replay plays exactly the job's GPUs (jobs run one at a time, so Slurm gives them GPUs 0..N-1):
+    no activity shows on GPUs no job holds, and a 1-GPU workload recorded on a 2-GPU machine plays
+    its working GPU only.
+    """
+    out = []
+    for name, workload, gpus in JOBS:
+        files = [f for f in sorted(recordings.glob(f"{workload}-*.jsonl*")) if recording_model(f) == model]
+        if files:
+            out.append((name, files[0], gpus, f"replay:{files[0]}?loop=1&gpus={gpus}"))
+    return out
 
 
 def banner(text: str) -> None:
@@ -74,7 +104,7 @@ def stop(p: subprocess.Popen) -> None:
 
 
 def main() -> int:
-    c = SlurmCluster("demo")
+    c = SlurmCluster(os.environ.get("GPUPERF_TEST_CLUSTER", "demo"), node_root=str(NODE_ROOT))
     banner("starting a single-node Slurm 22.05 cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd) on loopback")
     t = c.up()
     print(f"up in {sum(t.values()):.1f} s; SLURM_CONF={c.env['SLURM_CONF']} GPUPERF_CONFIG={c.env['GPUPERF_CONFIG']}")
@@ -87,7 +117,7 @@ def main() -> int:
     if spank.exists() and str(spank) not in plugstack.read_text():
         plugstack.write_text(plugstack.read_text() + f"optional {spank} run_dir={c.run_dir}\n")
 
-    banner("the node gpuperf sees (a recorded 2-socket node with 4 L40S GPUs)")
+    banner(f"the node gpuperf sees (a recorded VM with 4 {node_model()} GPUs)")
     show(c, GPUPERF, "topology")
     banner("its health checks (what the prolog runs before every job)")
     show(c, GPUPERF, "check")
@@ -98,13 +128,9 @@ def main() -> int:
                                  stdout=open(c.dir / "log" / "demo-collector.log", "a"), stderr=subprocess.STDOUT)
     jobs: list[tuple[str, int]] = []
     try:
-        for name, workload, gpus in JOBS:
-            files = sorted(glob.glob(str(RECORDINGS / f"{workload}-*.jsonl.gz")))
-            if not files:
-                print(f"(no recording for {workload}; skipped)")
-                continue
-            banner(f"job {name}: sbatch --gres=gpu:{gpus} as {c.user}; the daemon replays {Path(files[0]).name}")
-            daemon = start_daemon(c, f"replay:{files[0]}?loop=1&gpus=4")
+        for name, rec, gpus, backend in plan(node_model()):
+            banner(f"job {name}: sbatch --gres=gpu:{gpus} as {c.user}; the daemon replays {rec.name} on its GPUs")
+            daemon = start_daemon(c, backend)
             try:
                 job = c.sbatch(f"#!/bin/sh\necho \"CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES "
                                f"NCCL/OMP: $OMP_NUM_THREADS $PYTORCH_CUDA_ALLOC_CONF\"\n"

@@ -113,7 +113,22 @@ class OpsMixin:
         aggs = self.finalize(int(req.job["job_id"]), req.job.get("end"), bool(req.job.get("partial")))  # type: ignore[attr-defined]
         if aggs is None:
             return protocol.error(f"job {req.job['job_id']} is not registered on this node")
-        return protocol.ok(aggregates=aggs)
+        return protocol.ok(aggregates=aggs, series=self._phase_series(aggs))
+
+    def _phase_series(self, aggs: dict[str, Any]) -> dict[str, Any] | None:
+        """The job's series, coarse (diagnosis.phases.SERIES_POINTS points), for its phases; None on any error."""
+        try:
+            from gpuperf.diagnosis import phases
+
+            gpus = [int(g) for g in aggs.get("gpus") or {}]
+            start, end = float(aggs["start"]), float(aggs.get("end") or aggs.get("last_sample_t") or 0.0)
+            if not gpus or end <= start:
+                return None
+            ser = self.store.series(gpus, start, end, phases.SERIES_POINTS, phases.SERIES_FIELDS)  # type: ignore[attr-defined]
+            return phases.compact(ser)
+        except Exception as e:  # noqa: BLE001 - phases are extra: the aggregates must go out regardless
+            self.log.warning("job %s: no series for its phases: %s", aggs.get("job_id"), e)  # type: ignore[attr-defined]
+            return None
 
     def op_job(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Aggregates of one job, live while it runs."""

@@ -15,6 +15,16 @@ from gpuperf.diagnosis.signals import Signals, num
 BUCKETS = 12        # stretches the job is cut into: a 12-hour job's are an hour, a minute's 5 s
 MAX_PHASES = 4      # more than a few phases is a timeline, which the report's charts already show
 _FIELDS = ("util_gpu_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct")
+# what the daemon hands the epilog with a finished job's aggregates: 8 GPUs x 24 points x 5 lists stay
+# far inside the daemon protocol's 64 KiB reply (docs/CONTRACTS.md)
+SERIES_POINTS = 24
+SERIES_FIELDS = _FIELDS
+
+
+def compact(series: dict) -> dict:
+    """The series with values rounded (0.1) so the reply stays small."""
+    return {gpu: {k: [None if num(v) is None else round(float(v), 1) for v in vals] for k, vals in ser.items()}
+            for gpu, ser in series.items() if isinstance(ser, dict)}
 
 
 def segment(series: dict, th: dict[str, float]) -> list[dict[str, Any]]:

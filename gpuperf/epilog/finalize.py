@@ -37,5 +37,7 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
         state.data["finalize"] = {"ok": False, "error": reply.get("error")}
         log.get("epilog").warning("job %s: daemon could not finalise: %s", ctx.job_id, reply.get("error"))
         return
+    if isinstance(reply.get("series"), dict):
+        context["series"] = reply["series"]        # coarse series: the diagnosis's phases
     done = deliver.deliver(cfg, reply["aggregates"], context)
     state.data["finalize"] = {"ok": True, **done}

@@ -142,6 +142,8 @@ def test_register_live_finalize(base):
         assert g["energy_j"] == pytest.approx(200.0 * g["seconds"], rel=0.25)
         assert g["metrics"]["power_w"]["mean"] == pytest.approx(200.0)
         assert a["host"]["cpus_allocated"] == 4
+        # the job's coarse series goes with it (the diagnosis's phases): its GPU only, a bounded number of points
+        assert list(fin["series"]) == ["1"] and 1 <= len(fin["series"]["1"]["t"]) <= 24
         # finalized: no longer running, stored, a repeat finalize returns the same aggregates
         assert r.call("live")["jobs"] == []
         again = r.call("finalize", {"job_id": 41})

@@ -107,3 +107,29 @@ def test_busy_gpus_with_utilization_only_get_no_bottleneck_class():
     d = summary.node_summary(a, context())["diagnosis"]
     assert d["class"] == "busy_unprofiled" and d["confidence"] == "low"
     assert any("GPM" in r or "DCGM" in r for r in d["recommendations"])
+
+
+def test_busy_sms_with_low_occupancy_and_quiet_pipes_are_underfilled():
+    s = summary.node_summary(aggregates(ngpus=1, util_gpu_pct=100.0, sm_active_pct=80.0, sm_occupancy_pct=8.0,
+                                        tensor_active_pct=5.0, fp32_active_pct=10.0, dram_active_pct=20.0,
+                                        nvlink_tx_bps=0.0, nvlink_rx_bps=0.0), context())
+    d = s["diagnosis"]
+    assert [f["kind"] for f in d["findings"]] == ["sms_underfilled"]
+    assert "larger" in d["recommendations"][0]
+    # the same occupancy with full tensor pipes is a large GEMM's normal, not a finding
+    gemm = summary.node_summary(aggregates(ngpus=1, sm_active_pct=95.0, sm_occupancy_pct=13.0, tensor_active_pct=92.0,
+                                           nvlink_tx_bps=0.0, nvlink_rx_bps=0.0), context())
+    assert gemm["diagnosis"]["findings"] == []
+
+
+def test_report_power_line_labels_sum_and_peak_and_rates_never_read_n_a_per_s():
+    from gpuperf.report import terminal
+
+    a = aggregates(ngpus=2, power_w=300.0)
+    for g in a["gpus"].values():
+        g.pop("pcie_tx_bytes"), g.pop("pcie_rx_bytes")
+        g["metrics"].pop("pcie_tx_bps"), g["metrics"].pop("pcie_rx_bps")
+    out = terminal.render(summary.node_summary(a, context()), width=200, color=False)
+    assert "n/a/s" not in out
+    line = next(x for x in out.splitlines() if x.lstrip().startswith("Power "))
+    assert "per GPU" in line and "over 2 GPUs" in line and "peak" in line and "one GPU" in line

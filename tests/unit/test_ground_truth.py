@@ -110,3 +110,17 @@ def test_input_bound_then_compute_is_two_phases_with_their_shares():
 def test_steady_workloads_have_no_phases():
     for name in ("gemm_bf16-h100-80gb-hbm3.jsonl.gz", "reduce_sum-h100-80gb-hbm3.jsonl.gz"):
         assert job(name)[1].phases == []
+
+
+def test_the_finalize_series_gives_the_node_summary_its_phases():
+    # what the daemon's finalize reply carries (coarse, rounded) reaches the summary through the context
+    from gpuperf import summary
+    from gpuperf.diagnosis import phases
+
+    path = RECORDINGS / "phases-h100-80gb-hbm3.jsonl.gz"
+    aggs, series = fromrecording.replay_job(str(path), job_id=7, node="rec", with_series=True)
+    plain = summary.node_summary(aggs, {"job_id": 7, "node": "rec"})["diagnosis"]
+    with_series = summary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series)})["diagnosis"]
+    assert plain["phases"] == []
+    assert [p["class"] for p in with_series["phases"]][-1] == "compute_bound"
+    assert "input_bound" in [p["class"] for p in with_series["phases"]]
