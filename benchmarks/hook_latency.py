@@ -8,7 +8,8 @@ in the same run; the full prolog path unchanged or faster. Each round runs, one 
   full       ``gpuperf-prolog`` with ``daemon.prolog_fast_path = false``: every step in the process
   task       ``gpuperf-taskprolog`` of a job whose prolog cached its plan (``hgx-h100-2s``, 4 GPUs)
 Interleaving puts every row under the same machine load; the ratio to ``bare`` is the figure that
-travels between machines. Also prints each row's child CPU time (user+sys) and the load average.
+travels between machines. Each prolog's job has a cpuset cgroup (a fake tree, ``affinity.cgroup_root``)
+as ``PrologFlags=Contain`` gives it on a node, so its CPUs come from there, not from an scontrol call. Also prints each row's child CPU time (user+sys) and the load average.
 ``--baseline DIR`` adds the same hooks run from another checkout (``git archive REV | tar -x -C DIR``).
 
   python3 benchmarks/hook_latency.py [--rounds 40] [--baseline /tmp/gpuperf-base]
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,8 +78,9 @@ def main() -> int:
         if not (BIN / exe).exists():
             print(f"{BIN / exe} not found: run with the venv's python that has gpuperf installed", file=sys.stderr)
             return 2
-    d = BenchDaemon(default_backend(8), 1.0, "[checks]\ndrain = false")
     tmp = Path(tempfile.mkdtemp(prefix="gpuperf-hookbench-"))
+    cgroups = tmp / "cgroup"
+    d = BenchDaemon(default_backend(8), 1.0, f'[checks]\ndrain = false\n[affinity]\ncgroup_root = "{cgroups}"')
     load0 = os.getloadavg()
     try:
         full_cfg = d.base / "full-path.toml"
@@ -106,6 +109,9 @@ def main() -> int:
                 elif kind:
                     job += 1
                     env = prolog_env(d.cfg_path if kind == "prolog" else full_cfg, job)
+                    cpuset = cgroups / "cpuset" / "slurm" / "uid_0" / f"job_{job}"
+                    cpuset.mkdir(parents=True)
+                    (cpuset / "cpuset.effective_cpus").write_text("0-7\n")
                 else:
                     env = {}
                 if base:
@@ -115,7 +121,8 @@ def main() -> int:
                     print(f"{label}: exit {rc}", file=sys.stderr)
                 if kind.startswith("prolog"):
                     rec = json.loads((Path(d.cfg.general.run_dir) / "jobs" / str(job) / "prolog.json").read_text())
-                    via[label].add(rec["data"].get("via") or "process")
+                    via[label].add(f'{rec["data"].get("via") or "process"}, CPUs from '
+                                   f'{rec["data"].get("affinity", {}).get("cpus_source")}')
                     client.request(d.cfg, "finalize", {"job_id": job})
                 elif kind == "task":
                     exports[label] = sum(line.startswith("export ") for line in out.splitlines())
@@ -124,6 +131,7 @@ def main() -> int:
                     cpu[label].append(c)
     finally:
         d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()
     bare = statistics.median(wall["bare"])
     print(f"machine: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "

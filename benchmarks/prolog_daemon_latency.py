@@ -10,6 +10,9 @@ Starts a daemon (replay of a real recording as 8 GPUs at 1 Hz, sampling while me
      health from the daemon's cache and register over the pyzmq control socket).
 
   python3 benchmarks/prolog_daemon_latency.py [--n 300] [--runs 20]
+
+The bars (fast path p50 <= 25 ms and <= 2x a bare interpreter start) are measured side by side with
+that start, in one interleaved run, by benchmarks/hook_latency.py.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def main() -> int:
           f"p95 {pct(rt, 0.95):.2f} ms, max {max(rt):.2f} ms over {len(rt)}")
     for label, (whole, steps, via) in results.items():
         print(f"gpuperf-prolog, whole process, {label}: p50 {pct(whole, 0.5):.0f} ms, p95 {pct(whole, 0.95):.0f} ms "
-              f"over {len(whole)} runs (target p50 <= 50 ms); steps ran in: {', '.join(sorted(via))}")
+              f"over {len(whole)} runs; steps ran in: {', '.join(sorted(via))}")
         print("  steps (p50 ms): " + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in steps.items()))
     return 0
 

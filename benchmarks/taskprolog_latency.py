@@ -1,4 +1,6 @@
-"""How long the real ``gpuperf-taskprolog`` takes per task, interpreter start included (bar: p50 <= 50 ms).
+"""How long the real ``gpuperf-taskprolog`` takes per task, interpreter start included.
+
+Bars and the side-by-side figures with a bare interpreter start: benchmarks/hook_latency.py.
 
 Prepares a job as the prolog would (its env step on a recorded node writes the cache), then runs
 the installed ``gpuperf-taskprolog`` N times with that job's environment and prints p50/p95/max.
@@ -41,7 +43,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=50, help="runs (default 50)")
     ap.add_argument("--root", default=str(REPO / "tests/data/nodes/hgx-h100-2s"), help="recorded node for the plan")
-    ap.add_argument("--exe", default="/opt/gpuperf/venv/bin/gpuperf-taskprolog", help="the TaskProlog to time")
+    ap.add_argument("--exe", default=str(Path(sys.executable).with_name("gpuperf-taskprolog")),
+                    help="the TaskProlog to time (default: beside this interpreter)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         env = prepare(Path(d), args.root)

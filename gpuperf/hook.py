@@ -5,22 +5,26 @@ modules of the features they belong to and are named by import path, so the hook
 only what runs. A step that raises is logged and recorded; the next step still runs and
 the hook still exits 0 (gpuperf's own failure never fails a job), unless a step *decides*
 the job must not run (``HookVerdict``), as the prolog does on a failing health check.
+
+Light to import, since the TaskProlog runs it in every task: the config comes from ``hookconf``'s
+cache, and logging is set up only when something is logged or a step's module loaded logging.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 
+from gpuperf import hookconf, jobctx, jobstate
+from gpuperf.guard import main_guard  # noqa: F401 - the hooks' entry points import it from here
+
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from typing import Any
 
-from gpuperf import config as config_mod
-from gpuperf import jobctx, jobstate, log
-from gpuperf.guard import main_guard  # noqa: F401 - the hooks' entry points import it from here
+    from gpuperf import config as config_mod
 
 
 class HookVerdict(Exception):
@@ -55,14 +59,36 @@ def _resolve(spec: str | Step) -> Step:
     if callable(spec):
         return spec
     mod, _, fn = spec.partition(":")
-    return getattr(importlib.import_module(mod), fn)
+    __import__(mod)  # importlib itself costs a hook ~1 ms
+    return getattr(sys.modules[mod], fn)
+
+
+class HookLog:
+    """The hook's logger (``log.setup``), set up on first use: the common case logs nothing, and
+    logging costs a fresh process a third of its start. ``run_steps`` sets it up before a step whose
+    module loaded logging, so a step's own loggers write where they always did."""
+
+    def __init__(self, name: str, cfg: config_mod.Config) -> None:
+        self._name, self._cfg, self._logger = name, cfg, None
+
+    def get(self) -> Any:
+        """The configured logger (set up now if it was not)."""
+        if self._logger is None:
+            from gpuperf import log
+
+            g = self._cfg.general
+            self._logger = log.setup(self._name, g.log_file, g.log_level, stderr=True)
+        return self._logger
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.get(), attr)
 
 
 def run_hook(name: str, steps: list[tuple[str, str]], env: dict[str, str] | None = None, record: bool = True,
              state: HookState | None = None) -> int:
     """Run a hook's steps; returns the process exit code (0 unless a step gave a verdict)."""
-    cfg = config_mod.load_or_defaults()
-    logger = log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=True)
+    cfg = hookconf.load_or_defaults()
+    logger = HookLog(name, cfg)
     ctx = jobctx.from_env(name, env)
     state = state or HookState(env)
     if cfg.degraded:
@@ -82,7 +108,10 @@ def run_steps(ctx: jobctx.JobContext, cfg: config_mod.Config, steps: list[tuple[
     for step_name, spec in steps:
         t0 = time.perf_counter()
         try:
-            _resolve(spec)(ctx, cfg, state)
+            step = _resolve(spec)
+            if isinstance(logger, HookLog) and "logging" in sys.modules:
+                logger.get()
+            step(ctx, cfg, state)
             state.steps[step_name] = {"ok": True}
         except HookVerdict as v:
             state.steps[step_name] = {"ok": True, "verdict": v.reason, "exit_code": v.exit_code}
@@ -99,8 +128,8 @@ def run_steps(ctx: jobctx.JobContext, cfg: config_mod.Config, steps: list[tuple[
 def record_state(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookState, logger: Any) -> None:
     """Leave what this hook saw in the job's state dir (tests and the report read it)."""
     suffix = f".{os.getpid()}" if ctx.hook == "taskprolog" else ""
-    jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
-    path = jdir / f"{ctx.hook}{suffix}.json"
+    jdir = jobstate.job_path(cfg.general.run_dir, ctx.job_id)
+    path = os.path.join(jdir, f"{ctx.hook}{suffix}.json")
     record = {"context": ctx.to_dict(), "steps": state.steps, "data": _jsonable(state.data),
               "config": cfg.source, "started": state.started}
     try:
@@ -108,7 +137,7 @@ def record_state(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookStat
             jobstate.write_json(path, record)
         except PermissionError:
             # a TaskProlog of a non-root job cannot write the root-owned job dir: its own dir
-            path = jdir / TASKS_DIR / path.name
+            path = os.path.join(jdir, TASKS_DIR, os.path.basename(path))
             jobstate.write_json(path, record, mode=0o600)
         if ctx.hook == "prolog":
             _make_tasks_dir(jdir, ctx.uid)
@@ -119,10 +148,14 @@ def record_state(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookStat
 TASKS_DIR = "tasks"
 
 
-def _make_tasks_dir(jdir, uid: int | None) -> None:
+def _make_tasks_dir(jdir: str, uid: int | None) -> None:
     """A directory the job's user owns, where its TaskProlog records what it did."""
-    tasks = jdir / TASKS_DIR
-    tasks.mkdir(mode=0o700, exist_ok=True)
+    tasks = os.path.join(jdir, TASKS_DIR)
+    try:
+        os.mkdir(tasks, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(tasks):
+            raise
     if uid is not None and os.geteuid() == 0:
         os.chown(tasks, uid, -1)
 

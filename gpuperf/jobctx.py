@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+
+TYPE_CHECKING = False  # collections.abc would import collections: the TaskProlog runs this in every task
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 _FIELDS: dict[str, object] = {

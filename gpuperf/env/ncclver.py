@@ -2,30 +2,46 @@
 
 from __future__ import annotations
 
-import glob
 import os
-import re
-from typing import Mapping
 
-from gpuperf.env.policy import parse_version
+# parse_version from env.plan, not env.policy; no glob, re or typing for the libnccl.so.* names: the
+# TaskProlog asks in every task whose LD_LIBRARY_PATH is set, and those imports would double its cost
+from gpuperf.env.plan import parse_version
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # where a node's own NCCL lives (Debian/Ubuntu, RHEL, CUDA toolkit, NVIDIA's tarball)
 SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
                    "/usr/local/cuda/lib64", "/usr/local/nccl/lib", "/opt/nccl/lib")
-_SONAME = re.compile(r"libnccl\.so\.(\d+\.\d+\.\d+)$")
-_DISTINFO = re.compile(r"nvidia_nccl_cu\d+-(\d+\.\d+\.\d+)")
+SONAME_PREFIX = "libnccl.so."
+_DISTINFO = r"nvidia_nccl_cu\d+-(\d+\.\d+\.\d+)"
 Version = tuple[int, int, int]
+
+
+def soname_version(name: str) -> Version | None:
+    """(X, Y, Z) of a file named ``libnccl.so.X.Y.Z`` (digits only); None for any other name."""
+    if not name.startswith(SONAME_PREFIX):
+        return None
+    parts = name[len(SONAME_PREFIX):].split(".")
+    if len(parts) != 3 or not all(p.isdecimal() for p in parts):
+        return None
+    return parse_version(".".join(parts))
 
 
 def nccl_in_dirs(dirs: list[str], label: str) -> tuple[Version | None, str | None]:
     """The newest ``libnccl.so.X.Y.Z`` in these directories, and where it was found."""
     best: tuple[Version, str] | None = None
     for d in dirs:
-        for path in glob.glob(os.path.join(glob.escape(d), "libnccl.so.*")):
-            m = _SONAME.search(path)
-            v = parse_version(m.group(1)) if m else None
+        try:
+            names = os.listdir(d)
+        except OSError:  # absent, not a directory, unreadable: nothing found there
+            continue
+        for name in names:
+            v = soname_version(name)
             if v and (best is None or v > best[0]):
-                best = (v, f"{label} {path}")
+                best = (v, f"{label} {os.path.join(d, name)}")
     return best if best else (None, None)
 
 
@@ -49,9 +65,12 @@ def nccl_from_env(environ: Mapping[str, str]) -> tuple[Version | None, str | Non
             return v, src
     venv = environ.get("VIRTUAL_ENV")
     if venv:
+        import glob  # a venv's wheels: a pattern over two directory levels (the rarer case)
+        import re
+
         pat = os.path.join(glob.escape(venv), "lib", "python3*", "site-packages", "nvidia_nccl_cu*.dist-info")
         for path in sorted(glob.glob(pat), reverse=True):
-            m = _DISTINFO.search(os.path.basename(path))
+            m = re.search(_DISTINFO, os.path.basename(path))
             if m:
                 return parse_version(m.group(1)), f"venv wheel {os.path.basename(path)}"
     return None, None

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Any, Mapping
 
 from gpuperf import jobstate
-from gpuperf.env import policy as envpolicy
-from gpuperf.env.policy import EnvPlan
+
+# the plan as data and the per-task decisions, not the node's policy (``env.policy``): this runs in
+# every task, and ``tests/unit/test_hook_imports.py`` keeps its imports light
+from gpuperf.env import plan as env_plan
+from gpuperf.env.plan import EnvPlan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Any
 
 CACHE = "env.json"
 TASK_DIR = "env"
@@ -42,16 +49,16 @@ def gpus_of_task(environ: Mapping[str, str], fallback: int = 1) -> int:
 
 def version_for_task(cfg: Any, cache: dict[str, Any] | None, environ: Mapping[str, str]):
     """The NCCL the task will most likely load: its environment's, the config's, else the node's."""
-    from gpuperf.env.ncclver import nccl_from_env
+    from gpuperf.env.ncclver import nccl_from_env  # light: directory listings, no glob or re
 
     v, src = nccl_from_env(environ)
     if v:
         return v, src
-    v = envpolicy.parse_version(getattr(cfg.env, "nccl_version", "") or None)
+    v = env_plan.parse_version(getattr(cfg.env, "nccl_version", "") or None)
     if v:
         return v, "config [env] nccl_version"
     if cache:
-        v = envpolicy.parse_version(cache.get("nccl_system"))
+        v = env_plan.parse_version(cache.get("nccl_system"))
         if v:
             return v, cache.get("nccl_system_source") or "system"
     return None, None
@@ -63,7 +70,7 @@ def task_plan(cache: dict[str, Any], cfg: Any, environ: Mapping[str, str], job_g
     if plan.disabled:
         return plan
     v, src = version_for_task(cfg, cache, environ)
-    plan = envpolicy.finalize_task(plan, envpolicy.user_set(environ), cpus_of_task(environ),
+    plan = env_plan.finalize_task(plan, env_plan.user_set(environ), cpus_of_task(environ),
                                    gpus_of_task(environ, job_gpus), v, src)
     return _keep_affinity_omp(plan, environ)
 
@@ -89,23 +96,29 @@ def exports(plan: EnvPlan) -> list[tuple[str, str]]:
     if omp is not None and omp.rule == "default:omp_threads":
         # marked this way, a later affinity step (gpuperf-run, or the plugin in a newer Slurm that
         # runs it after the TaskProlog) replaces our per-task estimate instead of keeping it as the user's
-        pairs.append((envpolicy.AFFINITY_OMP_MARKER, envpolicy.affinity_omp_marker(omp.value)))
-    return pairs + [(envpolicy.MARKER, envpolicy.marker(pairs))]
+        pairs.append((env_plan.AFFINITY_OMP_MARKER, env_plan.affinity_omp_marker(omp.value)))
+    return pairs + [(env_plan.MARKER, env_plan.marker(pairs))]
 
 
 def off_reason(ctx: Any, cfg: Any) -> str | None:
-    """Why nothing is injected for this job (``envpolicy.off_reason`` on the hook's config and context)."""
-    return envpolicy.off_reason(cfg.error if cfg.degraded else None, cfg.env.enabled, ctx.env_gpuperf)
+    """Why nothing is injected for this job (``env_plan.off_reason`` on the hook's config and context)."""
+    return env_plan.off_reason(cfg.error if cfg.degraded else None, cfg.env.enabled, ctx.env_gpuperf)
 
 
 def cache_path(cfg: Any, job_id: int) -> Path:
     """Where the prolog leaves the job's plan."""
-    return jobstate.job_dir(cfg.general.run_dir, job_id) / CACHE
+    from pathlib import Path
+
+    return Path(_cache_file(cfg, job_id))
+
+
+def _cache_file(cfg: Any, job_id: int) -> str:
+    return os.path.join(jobstate.job_path(cfg.general.run_dir, job_id), CACHE)
 
 
 def read_cache(cfg: Any, job_id: int) -> dict[str, Any] | None:
     """The prolog's plan for this job, or None."""
-    return jobstate.read_json(cache_path(cfg, job_id))
+    return jobstate.read_json(_cache_file(cfg, job_id))
 
 
 def step(ctx: Any, cfg: Any, state: Any) -> None:
@@ -115,9 +128,9 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     if cache is None:
         # off for this step (srun --gpuperf=off, GPUPERF=off exported later): take back what an
         # earlier step injected and this one inherited; the user's own values are not ours to touch
-        undo = envpolicy.injected(os.environ) if why else []
+        undo = env_plan.injected(os.environ) if why else []
         if undo:
-            sys.stdout.write("".join(f"unset {n}\n" for n in undo + [envpolicy.MARKER]))
+            sys.stdout.write("".join(f"unset {n}\n" for n in undo + [env_plan.MARKER]))
             sys.stdout.flush()
         state.data["env"] = {"exported": [], "unset": undo, "disabled": why or "no cached plan for this job"}
         return
@@ -131,7 +144,7 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
         sys.stdout.write("\n".join(out) + "\n")
         sys.stdout.flush()
     record = {"exported": pairs[:-1], "disabled": plan.disabled,
-              "user_kept": sorted(s.name for s in plan.skipped if s.reason == envpolicy.USER_WINS)}
+              "user_kept": sorted(s.name for s in plan.skipped if s.reason == env_plan.USER_WINS)}
     state.data["env"] = record
     _record_step(cfg, ctx, record)
 
@@ -139,12 +152,12 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
 def _record_step(cfg: Any, ctx: Any, record: dict[str, Any]) -> None:
     """Once per step and node: what was exported, into the job's user-owned env/ dir, for the report."""
     step_id = ctx.step_id or "unknown"
-    path = cache_path(cfg, ctx.job_id).parent / TASK_DIR / f"step-{step_id}.json"
+    path = os.path.join(jobstate.job_path(cfg.general.run_dir, ctx.job_id), TASK_DIR, f"step-{step_id}.json")
     if os.path.exists(path):
         return
     # forced variables the user set (NCCL_ALGO=Tree, ...) are what a report most needs to mention
-    forced = {n: os.environ[n] for n in envpolicy.user_set(os.environ)
-              if n in envpolicy.FORCE_REQUIRED and n != "CUDA_VISIBLE_DEVICES"}  # Slurm sets that one
+    forced = {n: os.environ[n] for n in env_plan.user_set(os.environ)
+              if n in env_plan.FORCE_REQUIRED and n != "CUDA_VISIBLE_DEVICES"}  # Slurm sets that one
     rec = dict(record, step=step_id, user_forced=forced)
     try:
         jobstate.write_json(path, rec, mode=0o600)

@@ -97,3 +97,24 @@ def test_entry_scripts_are_installed_as_plain_scripts(script):
         pytest.skip(f"{installed} not installed")
     assert "import re" not in installed.read_text().splitlines()
     assert installed.read_text().splitlines()[1:] == (SCRIPTS / script).read_text().splitlines()[1:]
+
+
+def test_taskprolog_imports_nothing_heavy(base, conf):
+    from gpuperf.hook import run_hook
+
+    env = {**job_env(4301), "GPUPERF_CONFIG": os.environ["GPUPERF_CONFIG"]}
+    assert run_hook("prolog", [("env", "gpuperf.prolog.envplan:step")], env=env) == 0  # caches the plan
+    libs = base / "nccl-lib"  # a task whose LD_LIBRARY_PATH shows its NCCL, as after `module load nccl`
+    libs.mkdir()
+    (libs / "libnccl.so.2.21.5").write_bytes(b"")
+    task = {**env, "SLURM_STEP_ID": "0", "SLURM_CPUS_PER_TASK": "8", "CUDA_VISIBLE_DEVICES": "0,1",
+            "LD_LIBRARY_PATH": f"/nonexistent:{libs}", "PYTORCH_CUDA_ALLOC_CONF": "backend:native"}
+    p, modules = run_entry("gpuperf-taskprolog", task, base / "modules")
+    assert p.returncode == 0, p.stderr
+    exported = dict(line[len("export "):].split("=", 1) for line in p.stdout.splitlines() if line.startswith("export "))
+    assert exported["OMP_NUM_THREADS"] == "4" and "GPUPERF_ENV_SET" in exported
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in exported  # the user's own value wins
+    step = json.loads((Path(conf.general.run_dir) / "jobs" / "4301" / "env" / "step-0.json").read_text())
+    assert step["user_kept"] == ["PYTORCH_CUDA_ALLOC_CONF"]
+    assert "gpuperf.prolog.envtask" in modules and "gpuperf.env.ncclver" in modules
+    assert heavy_in(modules) == []
