@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gpuperf.fleet.load import LoadStats
 from gpuperf.samplers.base import METRIC_FIELDS, GpuSample
 
 STATE_SCHEMA = "gpuperf.aggregates-state.v1"
@@ -127,9 +128,11 @@ class GpuAggregate:
     energy_last_t: float | None = None
     counter_ok: bool = True
     name: str | None = None
+    uuid: str | None = None
     mem_total_mib: float | None = None
     power_limit_w: float | None = None
     foreign: dict[str, dict[str, Any]] = field(default_factory=dict)
+    load: LoadStats = field(default_factory=LoadStats)    # under load / in communication phases (fleet)
 
     def fold(self, s: GpuSample, w_s: float, sharing: int = 1) -> None:
         """Fold one sample weighing ``w_s`` seconds; ``sharing`` is the number of jobs on the GPU."""
@@ -170,6 +173,7 @@ class GpuAggregate:
             self.mem_total_mib = s.mem_total_mib
         if s.power_limit_w is not None:
             self.power_limit_w = s.power_limit_w
+        self.load.fold(s, w_s, THROTTLE_BITS)
 
     def energy_reading(self, energy_j: float | None, t: float) -> None:
         """Record a reading of the cumulative energy counter (the first one is the start)."""
@@ -217,6 +221,8 @@ class GpuAggregate:
             "mem_total_mib": self.mem_total_mib,
             "power_limit_w": self.power_limit_w,
             "name": self.name,
+            "uuid": self.uuid,
+            "load": self.load.to_dict(),
             "shared": self.shared_s > 0,
             "shared_s": self.shared_s,
             "foreign_processes": [dict(v) for v in self.foreign.values()],
@@ -230,7 +236,7 @@ class GpuAggregate:
                 "power_energy_j": self.power_energy_j, "shared_s": self.shared_s,
                 "energy_start_j": self.energy_start_j, "energy_last_j": self.energy_last_j,
                 "energy_last_t": self.energy_last_t, "counter_ok": self.counter_ok, "name": self.name,
-                "mem_total_mib": self.mem_total_mib, "power_limit_w": self.power_limit_w,
+                "uuid": self.uuid, "load": self.load.to_state(), "mem_total_mib": self.mem_total_mib, "power_limit_w": self.power_limit_w,
                 "foreign": {k: dict(v) for k, v in self.foreign.items()}}
 
     @classmethod
@@ -244,6 +250,8 @@ class GpuAggregate:
         g.throttle_s = {k: float(d["throttle_s"].get(k, 0.0)) for k in THROTTLE_BITS}
         g.bytes = {k: float(v) for k, v in d["bytes"].items()}
         g.foreign = {str(k): dict(v) for k, v in d["foreign"].items()}
+        g.uuid = d.get("uuid")      # states checkpointed before the fleet figures have neither
+        g.load = LoadStats.from_state(d.get("load"))
         return g
 
 
@@ -364,11 +372,13 @@ class JobAggregates:
 
     @classmethod
     def new(cls, job_id: int, node: str | None, gpus: Iterable[int], start: float, interval_s: float,
-            cpus: int | None = None, names: dict[int, str | None] | None = None) -> "JobAggregates":
-        """Empty aggregates of a job holding ``gpus`` (``names``: GPU model by index, for the report's peaks)."""
-        names = names or {}
-        return cls(job_id=job_id, node=node, gpus={g: GpuAggregate(g, name=names.get(g)) for g in gpus}, start=start,
-                   interval_s=interval_s, host=HostAggregate(cpus_allocated=cpus))
+            cpus: int | None = None, names: dict[int, str | None] | None = None,
+            uuids: dict[int, str | None] | None = None) -> "JobAggregates":
+        """Empty aggregates of a job holding ``gpus`` (``names``: GPU model by index, for the report's peaks;
+        ``uuids``: the boards, for the fleet fingerprints)."""
+        names, uuids = names or {}, uuids or {}
+        return cls(job_id=job_id, node=node, gpus={g: GpuAggregate(g, name=names.get(g), uuid=uuids.get(g)) for g in gpus},
+                   start=start, interval_s=interval_s, host=HostAggregate(cpus_allocated=cpus))
 
     def weight(self, t: float) -> float | None:
         """Seconds the sweep at ``t`` stands for; None for a sweep not after the previous one."""

@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("gpuperf.commands.env", "the NCCL/CUDA environment gpuperf would inject here, and why"),
     "report": ("gpuperf.commands.report", "a job's efficiency report (terminal, --json, --html)"),
     "jobs": ("gpuperf.commands.jobs", "list recent jobs with their class and wasted GPU-hours"),
+    "fleet": ("gpuperf.commands.fleet", "GPUs and nodes ranked by deviation from their model's fleet median (admins)"),
     "top": ("gpuperf.commands.top", "live per-GPU view of this node's jobs"),
     "daemon": ("gpuperf.commands.daemon", "run the node daemon"),
     "tune": ("gpuperf.commands.tune", "measure NCCL settings on this node and write winning policy rules"),

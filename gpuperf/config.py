@@ -79,7 +79,7 @@ def _env_rules(v: list) -> None:
     envrules.validate(v)
 
 
-# The schema. Sections: general (shared), checks, daemon, env, affinity, report, controller.
+# The schema. Sections: general (shared), checks, daemon, env, affinity, report, controller, fleet.
 SCHEMA: dict[str, dict[str, Key]] = {
     "general": {
         "run_dir": Key(str, "/run/gpuperf", "per-job state of running jobs (tmpfs)"),
@@ -156,6 +156,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "bind": Key(str, "0.0.0.0", "address the controller's collector binds"),
         "munge_socket": Key(str, "", "munged socket for node-summary credentials; empty: munge's default"),
         "admin_comment_wait_s": Key(float, 30.0, "how long to retry sacctmgr until the job is in the database", validate=_positive),
+    },
+    "fleet": {
+        "store": Key(str, "", "controller's fleet fingerprints (SQLite); empty: <state_dir>/fleet.sqlite"),
+        "policy": Key(str, "warn", "a GPU far slower than its model's fleet: warn only, or drain its node", choices=("warn", "drain")),
+        "z": Key(float, 5.0, "deviation from the model's median (robust spreads) that flags a GPU", validate=_positive),
+        "probe_python": Key(str, "", "CUDA-capable Python (with PyTorch) that runs the active probe; empty: no probe"),
+        "probe_every_s": Key(float, 0.0, "the daemon probes an idle node this often; 0: only gpuperf check --deep"),
+        "probe_timeout_s": Key(float, 120.0, "time limit of one probe run (all GPUs of the node)", validate=_positive),
     },
 }
 

@@ -22,6 +22,9 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
      "quality": {"samples", "gaps", "gap_s", "partial", "reasons": [..], "nodes_expected", "nodes_missing"},
      "diagnosis": {"class", "confidence", "imbalanced", "evidence": [..], "recommendations": [..], "findings": [..],
                    "roofline": {..}, "unused": {..}|None, "busy_class", "phases": [..]}}
+
+A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/fleet/load.py``),
+which the controller folds into the fleet fingerprints; the merged job summary leaves it out.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any, Iterable
 
 from gpuperf import diagnosis, gpuspecs, jobstate
 from gpuperf.diagnosis import roofline
+from gpuperf.fleet.load import node_figures
 
 SCHEMA = "gpuperf.summary.v1"
 
@@ -336,6 +340,7 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         "estimates": estimates(gpus),
         "quality": _quality(aggregates, gpus),
     }
+    s["fleet"] = node_figures(aggregates, names)
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
     series = context.get("series") if isinstance(context.get("series"), dict) else None

@@ -20,6 +20,7 @@ import zmq
 from gpuperf import config as config_mod
 from gpuperf import log, summary as summary_mod
 from gpuperf.controller import clusterstore, transport
+from gpuperf.fleet import ingest as fleet_ingest
 
 
 def validate(s: dict) -> None:
@@ -51,6 +52,7 @@ def handle(frames: list[bytes], store: clusterstore.ClusterStore, allowed: set[i
     store.put_node_summary(s, sender.uid)
     logger.info("node summary of job %s from %s (uid %s)", s["job_id"], s["nodes"][0], sender.uid)
     _remerge_if_late(store, s, cfg)
+    fleet_ingest.on_node_summary(cfg, s)
     return {"ok": True, "job_id": s["job_id"], "node": s["nodes"][0]}
 
 

@@ -31,6 +31,7 @@ class JobsMixin:
     running: dict[int, RunningJob]
     interval_s: float
     gpu_names: dict[int, str | None]
+    gpu_uuids: dict[int, str | None]
     node: str
     cfg: Any
     log: Any
@@ -46,7 +47,8 @@ class JobsMixin:
         reg = {"job_id": job_id, "uid": job["uid"], "user": job.get("user"), "gpus": job["gpus"],
                "cpus": job.get("cpus"), "node": job.get("node") or self.node, "start": start,
                "partial": job.get("partial", False)}
-        agg = JobAggregates.new(job_id, reg["node"], reg["gpus"], start, self.interval_s, reg["cpus"], self.gpu_names)
+        agg = JobAggregates.new(job_id, reg["node"], reg["gpus"], start, self.interval_s, reg["cpus"], self.gpu_names,
+                                self.gpu_uuids)
         agg.partial = bool(reg["partial"])
         if now - start > GAP_FACTOR * self.interval_s:
             agg.add_gap(start, now)        # registered late (pending marker): nothing sampled before now
@@ -107,7 +109,7 @@ class JobsMixin:
                 agg = None
             if agg is None:
                 agg = JobAggregates.new(row["job_id"], row["node"], row["gpus"], row["start"], self.interval_s, row["cpus"],
-                                        self.gpu_names)
+                                        self.gpu_names, self.gpu_uuids)
                 agg.partial = True
             agg.interval_s = self.interval_s
             self.running[row["job_id"]] = RunningJob(dict(row), agg, needs_energy=False)

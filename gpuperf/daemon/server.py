@@ -48,10 +48,10 @@ PENDING_EVERY_S = 10.0
 POLL_CAP_MS = 500                  # the loop looks at its stop flag at least this often
 
 
-def gpu_names(sampler: Any) -> dict[int, str | None]:
-    """GPU model by index from a sampler that can describe its GPUs ({} when it cannot)."""
+def gpu_names(sampler: Any, key: str = "name") -> dict[int, str | None]:
+    """GPU model (or another ``describe()`` fact, e.g. ``uuid``) by index ({} when the sampler cannot say)."""
     try:
-        return {int(d["index"]): d.get("name") for d in sampler.describe()}
+        return {int(d["index"]): d.get(key) for d in sampler.describe()}
     except Exception:  # noqa: BLE001 - a sampler without describe(), or NVML refusing: the report says "model unknown"
         return {}
 
@@ -73,6 +73,7 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         self.cfg = cfg
         self.sampler = sampler
         self.gpu_names = gpu_names(sampler)
+        self.gpu_uuids = gpu_names(sampler, "uuid")
         self.node = node or os.uname().nodename.split(".")[0]
         self.clock = clock
         self.log = log.get("daemon")

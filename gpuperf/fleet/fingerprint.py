@@ -1,0 +1,251 @@
+"""Per-GPU performance fingerprints on the controller (SQLite), updated in O(1) per job.
+
+A GPU is keyed by node, index and board UUID, so a swapped board starts fresh. Each row holds
+exponentially decayed sums (``DECAY`` per job: the fingerprint follows the last few dozen jobs, so
+evidence clears once a GPU is fixed) from which its figures are derived (``derive``). Each model keeps a
+log-bucket sketch of its GPUs' current figures per metric: a job moves each of its GPUs' values from
+one bucket to another, so the model's median and spread (``model_stats``) never need a fleet scan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from gpuperf import statefiles
+
+DECAY = 0.97                 # weight of the history at each new job (half-life ~23 jobs)
+SKETCH_GAMMA = 1.005         # relative bucket width: medians within 0.25%
+_ZERO = -(10**6)             # bucket of values <= 0 (no throttle at all is the common case)
+MIN_BUSY_S = 120.0           # decayed seconds under load before load figures count
+MIN_COMM_S = 30.0            # decayed seconds in communication phases before a link rate counts
+MIN_JOBS = 3                 # jobs before the load figures of a GPU count
+MIN_FREE_S = 30.0            # decayed seconds under load below the power cap before the clock counts
+SLOWDOWN_REASONS = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
+THROTTLE_REASONS = SLOWDOWN_REASONS + ("sw_power_cap",)
+PROBE_FIELDS = ("probe_tflops", "probe_membw_gbs", "probe_p2p_gbs")
+# the sums a row keeps (all decayed alike)
+SUMS = (("jobs", "busy_s", "clock_ws", "clock_w", "free_ws", "free_w", "power_ws", "power_w", "temp_ws", "temp_w")
+        + tuple(f"thr_{r}" for r in THROTTLE_REASONS)
+        + ("nvlink_bytes", "nvlink_s", "pcie_bytes", "pcie_s"))
+METRICS = ("clock_mhz", "clock_all_mhz", "power_w", "temp_c", "slowdown_pct", "nvlink_gbs", "pcie_gbs") + PROBE_FIELDS
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS gpus (
+  node TEXT NOT NULL, idx INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
+  first_t REAL, last_t REAL, jobs_total INTEGER NOT NULL DEFAULT 0,
+  {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in SUMS)},
+  {", ".join(f"{c} REAL" for c in PROBE_FIELDS)}, probe_t REAL,
+  xids INTEGER NOT NULL DEFAULT 0, xid_last TEXT,
+  PRIMARY KEY (node, idx, uuid));
+CREATE INDEX IF NOT EXISTS gpus_node ON gpus (node);
+CREATE TABLE IF NOT EXISTS sketch (
+  model TEXT NOT NULL, metric TEXT NOT NULL, bucket INTEGER NOT NULL, n INTEGER NOT NULL,
+  PRIMARY KEY (model, metric, bucket));
+"""
+
+
+def default_path(cfg: Any) -> str:
+    """``fleet.store``, or ``<state_dir>/fleet.sqlite`` (beside the cluster store)."""
+    return cfg.fleet.store or os.path.join(cfg.general.state_dir, "fleet.sqlite")
+
+
+def bucket(v: float) -> int:
+    """The sketch bucket of a value (values <= 0 share one)."""
+    return _ZERO if v <= 0 else math.ceil(math.log(v) / math.log(SKETCH_GAMMA))
+
+
+def bucket_value(k: int) -> float:
+    """A bucket's representative value (its geometric middle)."""
+    return 0.0 if k == _ZERO else SKETCH_GAMMA ** (k - 0.5)
+
+
+def derive(row: dict[str, Any]) -> dict[str, float | None]:
+    """A GPU's figures from its sums; None where there is not enough evidence yet."""
+    out: dict[str, float | None] = {m: None for m in METRICS}
+    busy = row.get("busy_s") or 0.0
+    if busy >= MIN_BUSY_S and (row.get("jobs_total") or 0) >= MIN_JOBS:
+        for m, (s, w) in {"clock_all_mhz": ("clock_ws", "clock_w"), "power_w": ("power_ws", "power_w"),
+                          "temp_c": ("temp_ws", "temp_w")}.items():
+            if (row.get(w) or 0.0) > 0:
+                out[m] = row[s] / row[w]
+        if (row.get("free_w") or 0.0) >= MIN_FREE_S:
+            out["clock_mhz"] = row["free_ws"] / row["free_w"]
+        out["slowdown_pct"] = 100.0 * sum(row.get(f"thr_{r}") or 0.0 for r in SLOWDOWN_REASONS) / busy
+    for link in ("nvlink", "pcie"):
+        sec = row.get(f"{link}_s") or 0.0
+        if sec >= MIN_COMM_S:
+            out[f"{link}_gbs"] = row[f"{link}_bytes"] / sec / 1e9
+    for f in PROBE_FIELDS:
+        out[f] = row.get(f)
+    return out
+
+
+def job_sums(g: dict[str, Any]) -> dict[str, float]:
+    """One GPU's contribution from a node summary's ``fleet`` entry (``gpuperf/fleet/load.py``)."""
+    ld = g.get("load") or {}
+    busy = float(ld.get("busy_s") or 0.0)
+    add = {c: 0.0 for c in SUMS}
+    add["jobs"] = 1.0
+    add["busy_s"] = busy
+    for m, (s, w) in {"sm_clock_mhz": ("clock_ws", "clock_w"), "power_w": ("power_ws", "power_w"),
+                      "temp_c": ("temp_ws", "temp_w")}.items():
+        v = ld.get(m)
+        if isinstance(v, (int, float)) and busy > 0:
+            add[s], add[w] = float(v) * busy, busy
+    free_s, free = float(ld.get("free_clock_s") or 0.0), ld.get("sm_clock_free_mhz")
+    if isinstance(free, (int, float)) and free_s > 0:
+        add["free_ws"], add["free_w"] = float(free) * free_s, free_s
+    for r in THROTTLE_REASONS:
+        add[f"thr_{r}"] = float((ld.get("throttle_s") or {}).get(r) or 0.0)
+    for link in ("nvlink", "pcie"):
+        sec, bps = ld.get(f"{link}_comm_s") or 0.0, ld.get(f"{link}_comm_bps")
+        if sec and bps:
+            add[f"{link}_s"], add[f"{link}_bytes"] = float(sec), float(bps) * float(sec)
+    return add
+
+
+class FleetStore:
+    """The fingerprints and the per-model sketches."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = str(path)
+        if readonly:
+            if not os.path.exists(self.path):
+                raise FileNotFoundError(self.path)
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+        else:
+            # which boards ran which jobs: admins only (0600 before SQLite writes; directory 0700)
+            statefiles.private_db(self.path)
+            # transactions are explicit (BEGIN IMMEDIATE), so autocommit mode
+            self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            for pragma in ("journal_mode=WAL", "synchronous=NORMAL"):
+                self.db.execute(f"PRAGMA {pragma}")
+            self.db.executescript(_SCHEMA)
+        self.db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    # updates ---------------------------------------------------------------------------
+    def ingest(self, summary: dict[str, Any], now: float | None = None) -> int:
+        """Fold one node summary's ``fleet`` figures into its GPUs' fingerprints; GPUs updated."""
+        node = str((summary.get("nodes") or [""])[0])
+        entries = [g for g in summary.get("fleet") or [] if isinstance(g, dict) and "gpu" in g]
+        if not node or not entries:
+            return 0
+        t = float(now if now is not None else (summary.get("end") or time.time()))
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for g in entries:
+                self._update(node, int(g["gpu"]), g.get("uuid") or "", g.get("name") or "unknown", t,
+                             job_sums(g), g.get("xids") or [])
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return len(entries)
+
+    def put_probe(self, node: str, idx: int, uuid: str | None, model: str | None, figures: dict[str, Any],
+                  t: float | None = None) -> None:
+        """Record one GPU's latest active-probe figures (``probe_*``)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            vals = {f: figures.get(f) for f in PROBE_FIELDS}
+            self._update(node, idx, uuid or "", model or "unknown", t or time.time(), None, [], probe=vals)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def _update(self, node: str, idx: int, uuid: str, model: str, t: float, add: dict[str, float] | None,
+                xids: list[Any], probe: dict[str, Any] | None = None) -> None:
+        cur = self.db.execute("SELECT * FROM gpus WHERE node=? AND idx=? AND uuid=?", (node, idx, uuid)).fetchone()
+        old = dict(cur) if cur is not None else None
+        if old is None:
+            self._retire(node, idx, uuid)
+            self.db.execute("INSERT INTO gpus (node, idx, uuid, model, first_t, last_t) VALUES (?,?,?,?,?,?)",
+                            (node, idx, uuid, model, t, t))
+            row: dict[str, Any] = {c: 0.0 for c in SUMS} | {f: None for f in PROBE_FIELDS} | {"jobs_total": 0}
+        else:
+            row = dict(old)
+        before = derive(row) if old is not None else {m: None for m in METRICS}
+        sets: dict[str, Any] = {"last_t": t}
+        if add is not None:
+            for c in SUMS:
+                row[c] = row[c] * DECAY + add[c]
+                sets[c] = row[c]
+            row["jobs_total"] = sets["jobs_total"] = int(row["jobs_total"]) + 1
+        if probe is not None:
+            row.update(probe)
+            sets.update(probe)
+            sets["probe_t"] = t
+        if xids:
+            sets["xids"] = int(row.get("xids") or 0) + len(xids)
+            sets["xid_last"] = json.dumps(xids[-5:])
+        self.db.execute(f"UPDATE gpus SET {', '.join(f'{k}=?' for k in sets)} WHERE node=? AND idx=? AND uuid=?",
+                        (*sets.values(), node, idx, uuid))
+        after = derive(row)
+        for m in METRICS:
+            self._move(model, m, before[m], after[m])
+
+    def _retire(self, node: str, idx: int, uuid: str) -> None:
+        """A new board in this slot: the old board's fingerprint leaves the fleet (and its model's sketch)."""
+        for r in self.db.execute("SELECT * FROM gpus WHERE node=? AND idx=? AND uuid<>?", (node, idx, uuid)).fetchall():
+            d = dict(r)
+            for m, v in derive(d).items():
+                self._move(d["model"], m, v, None)
+            self.db.execute("DELETE FROM gpus WHERE node=? AND idx=? AND uuid=?", (node, idx, d["uuid"]))
+
+    def _move(self, model: str, metric: str, old: float | None, new: float | None) -> None:
+        ob = bucket(old) if old is not None else None
+        nb = bucket(new) if new is not None else None
+        if ob == nb:
+            return
+        if ob is not None:
+            self.db.execute("UPDATE sketch SET n=n-1 WHERE model=? AND metric=? AND bucket=?", (model, metric, ob))
+        if nb is not None:
+            self.db.execute("INSERT INTO sketch VALUES (?,?,?,1) ON CONFLICT (model, metric, bucket) DO UPDATE SET n=n+1",
+                            (model, metric, nb))
+
+    # reads -----------------------------------------------------------------------------
+    def gpus(self, node: str | None = None) -> list[dict[str, Any]]:
+        """Every fingerprint (of one node), with its derived figures under ``fig``."""
+        q, args = ("SELECT * FROM gpus WHERE node=?", (node,)) if node else ("SELECT * FROM gpus", ())
+        out = []
+        for r in self.db.execute(q, args):
+            d = dict(r)
+            d["fig"] = derive(d)
+            out.append(d)
+        return out
+
+    def model_stats(self, models: Iterable[str] | None = None) -> dict[str, dict[str, dict[str, float]]]:
+        """model -> metric -> {n, median, p25, p75} from the sketches (no scan of the GPUs)."""
+        q = "SELECT model, metric, bucket, n FROM sketch WHERE n > 0 ORDER BY model, metric, bucket"
+        hist: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        want = set(models) if models is not None else None
+        for model, metric, b, n in self.db.execute(q):
+            if want is None or model in want:
+                hist.setdefault((model, metric), []).append((b, n))
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for (model, metric), h in hist.items():
+            total = sum(n for _, n in h)
+            out.setdefault(model, {})[metric] = {"n": total, "median": _quantile(h, total, 0.5),
+                                                 "p25": _quantile(h, total, 0.25), "p75": _quantile(h, total, 0.75)}
+        return out
+
+
+def _quantile(h: list[tuple[int, int]], total: int, q: float) -> float:
+    target = q * total
+    acc = 0
+    for b, n in h:
+        acc += n
+        if acc >= target:
+            return bucket_value(b)
+    return bucket_value(h[-1][0])
