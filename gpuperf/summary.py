@@ -340,7 +340,7 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         "estimates": estimates(gpus),
         "quality": _quality(aggregates, gpus),
     }
-    s["fleet"] = node_figures(aggregates, names)
+    s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
     series = context.get("series") if isinstance(context.get("series"), dict) else None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuperf import jobstate, log
+from gpuperf.fleet import probe as fleet_probe
 
 
 def pending_dir(state_dir: str) -> Path:
@@ -76,6 +77,7 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
         ctx.setdefault("job_id", job_id)
         ctx.setdefault("node", aggregates.get("node"))
         ctx.setdefault("job_dir", str(d))
+        ctx.setdefault("probe", fleet_probe.load(cfg.general.state_dir))   # latest active-probe figures, if any
         summary = node_summary(aggregates, ctx)
         jobstate.write_json(d / "node_summary.json", summary)
         out["summary"] = str(d / "node_summary.json")

@@ -17,7 +17,7 @@ state needs no locks; the /metrics thread reads an immutable snapshot replaced a
 
 Where each concern lives: ``channels`` (sockets), ``ops`` (protocol ops and who may ask), ``jobs`` (job
 lifecycle, checkpoints, resume, pending markers), ``sampling`` (sweep, attribution, energy), ``hostscan``,
-``chores`` (ticks and periodic chores), ``workers`` (delivery and health threads), ``startup``.
+``chores`` (ticks and periodic chores), ``workers`` (delivery, health and idle-probe threads), ``startup``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from gpuperf.daemon.ops import OpsMixin
 from gpuperf.daemon.pub import sweep_message
 from gpuperf.daemon.sampling import SamplingMixin
 from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock, warm_prolog  # noqa: F401
-from gpuperf.daemon.workers import Deliveries, Health, HealthFn, health_from_checks
+from gpuperf.daemon.workers import Deliveries, Health, HealthFn, ProbeLoop, health_from_checks
 from gpuperf.samplers.base import GpuSample, Sampler
 
 ROLLUP_EVERY_S = 60.0
@@ -97,6 +97,7 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         self.deliveries = Deliveries(cfg, self.log, send_summaries)
         self._health = (Health(self.health_fn, cfg.daemon.health_interval_s, lambda: self.clock(), self._stop)
                         if self.health_fn is not None else None)
+        self.prober = ProbeLoop(cfg, lambda: not self.running, self.log, self._stop)
         self.chores = Chores([
             Chore("host", cfg.daemon.host_interval_s, lambda t: self.scan_host(), only_if=lambda: bool(self.running)),
             Chore("checkpoint", cfg.daemon.checkpoint_s, self.checkpoint),
@@ -129,6 +130,8 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         self._threads.append(self.deliveries.thread())
         if self._health is not None:
             self._threads.append(self._health.thread())
+        if ProbeLoop.wanted(self.cfg):
+            self._threads.append(self.prober.thread())
         for t in self._threads:
             t.start()
         warm_prolog(self.log)

@@ -79,3 +79,43 @@ class Health:
             self.result = {"t": self.clock(), "results": self.fn()}
         except Exception as e:  # noqa: BLE001 - a check failure is "no health", never a crash
             self.result = {"t": self.clock(), "error": f"{type(e).__name__}: {e}"}
+
+
+class ProbeLoop:
+    """The opt-in active probe (``fleet.probe_every_s`` > 0 and ``fleet.probe_python`` set): every period,
+    when no job runs on the node, probe its GPUs and keep the figures; a job that starts stops the probe."""
+
+    def __init__(self, cfg: Any, idle: Callable[[], bool], log: Any, stop: threading.Event):
+        self.cfg, self.idle, self.log, self._stop = cfg, idle, log, stop
+        self.last: dict[str, Any] | None = None
+
+    @staticmethod
+    def wanted(cfg: Any) -> bool:
+        """The admin asked for idle-time probes."""
+        return cfg.fleet.probe_every_s > 0 and bool(cfg.fleet.probe_python)
+
+    def thread(self) -> threading.Thread:
+        """The probing thread (not started)."""
+        return threading.Thread(target=self._loop, name="probe", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.cfg.fleet.probe_every_s):
+            if self.idle():
+                self.probe_once()
+
+    def probe_once(self) -> None:
+        """One probe of every GPU, kept when it ran to the end."""
+        from gpuperf.fleet import probe
+
+        res = probe.run(self.cfg, keep_going=lambda: self.idle() and not self._stop.is_set())
+        self.last = res.to_dict()
+        if res.status == "ok":
+            try:
+                probe.save(self.cfg.general.state_dir, res)
+            except OSError as e:
+                self.log.warning("probe: figures not kept: %s", e)
+            for v in probe.judge(res.gpus):
+                if v["slow"]:
+                    self.log.warning("probe: GPU %s (%s) slower than its peers: %s", v["index"], v["uuid"], "; ".join(v["evidence"]))
+        else:
+            self.log.info("probe %s: %s", res.status, res.why)

@@ -144,8 +144,9 @@ class FleetStore:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             for g in entries:
+                pr = g.get("probe") if isinstance(g.get("probe"), dict) else None
                 self._update(node, int(g["gpu"]), g.get("uuid") or "", g.get("name") or "unknown", t,
-                             job_sums(g), g.get("xids") or [])
+                             job_sums(g), g.get("xids") or [], probe=pr)
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -157,8 +158,8 @@ class FleetStore:
         """Record one GPU's latest active-probe figures (``probe_*``)."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            vals = {f: figures.get(f) for f in PROBE_FIELDS}
-            self._update(node, idx, uuid or "", model or "unknown", t or time.time(), None, [], probe=vals)
+            self._update(node, idx, uuid or "", model or "unknown", t or time.time(), None, [],
+                         probe={**figures, "t": t or time.time()})
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -182,10 +183,12 @@ class FleetStore:
                 row[c] = row[c] * DECAY + add[c]
                 sets[c] = row[c]
             row["jobs_total"] = sets["jobs_total"] = int(row["jobs_total"]) + 1
-        if probe is not None:
-            row.update(probe)
-            sets.update(probe)
-            sets["probe_t"] = t
+        pt = float(probe.get("t") or t) if probe is not None else None
+        if probe is not None and (row.get("probe_t") is None or pt > row["probe_t"]):  # each probe run counts once
+            vals = {f: (float(probe[f]) if isinstance(probe.get(f), (int, float)) else None) for f in PROBE_FIELDS}
+            row.update(vals)
+            sets.update(vals)
+            sets["probe_t"] = row["probe_t"] = pt
         if xids:
             sets["xids"] = int(row.get("xids") or 0) + len(xids)
             sets["xid_last"] = json.dumps(xids[-5:])

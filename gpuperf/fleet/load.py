@@ -96,13 +96,19 @@ class LoadStats:
                    throttle_s=dict(d["throttle_s"]), comm_s=dict(d["comm_s"]), comm_bytes=dict(d["comm_bytes"]))
 
 
-def node_figures(aggregates: dict[str, Any], names: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def node_figures(aggregates: dict[str, Any], names: dict[str, Any] | None = None,
+                 probes: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The fleet's per-GPU figures of one node's job (the node summary's ``fleet`` member; the merged job
-    summary and the AdminComment leave it out): index, uuid, model, seconds, load figures, XIDs seen."""
+    summary and the AdminComment leave it out): index, uuid, model, seconds, load figures, XIDs seen, and
+    the node's latest active-probe figures of that board (``probes``: ``probe.load()``)."""
     out = []
     for idx, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0])):
         if not isinstance(g, dict) or not isinstance(g.get("load"), dict):
             continue  # aggregates from before the fleet figures
-        out.append({"gpu": int(idx), "uuid": g.get("uuid"), "name": g.get("name") or (names or {}).get(str(idx)),
-                    "seconds": g.get("seconds"), "load": g["load"], "xids": list(g.get("xids") or [])})
+        e = {"gpu": int(idx), "uuid": g.get("uuid"), "name": g.get("name") or (names or {}).get(str(idx)),
+             "seconds": g.get("seconds"), "load": g["load"], "xids": list(g.get("xids") or [])}
+        pr = (probes or {}).get(str(idx))
+        if isinstance(pr, dict) and (pr.get("uuid") in (None, g.get("uuid")) or g.get("uuid") is None):
+            e["probe"] = pr
+        out.append(e)
     return out
