@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ SCRIPT = Path(__file__).with_name("probe_script.py")
 NODE_TOL = 0.10            # a GPU this much below the best of its model on the node is slow
 RESULTS = "fleet-probe.json"
 FIGURES = (("gemm_tflops", "probe_tflops", "GEMM", "TFLOP/s"), ("membw_gbs", "probe_membw_gbs", "memory copy", "GB/s"),
-           ("p2p_min_gbs", "probe_p2p_gbs", "slowest P2P", "GB/s"))
+           ("p2p_link_gbs", "probe_p2p_gbs", "P2P (median link)", "GB/s"))
 
 
 @dataclass
@@ -61,13 +62,25 @@ def parse(stdout: str) -> ProbeRun:
         return ProbeRun("error", "probe output is not gpuperf.probe.v1")
     if res.get("error"):
         return ProbeRun("unavailable", str(res["error"]), t=float(res.get("t") or time.time()))
-    gpus = [dict(g, **_p2p_min(g)) for g in res.get("gpus") or [] if isinstance(g, dict)]
-    return ProbeRun("ok", "", gpus, t=float(res.get("t") or time.time()))
+    gpus = [g for g in res.get("gpus") or [] if isinstance(g, dict)]
+    return ProbeRun("ok", "", link_figures(gpus), t=float(res.get("t") or time.time()))
 
 
-def _p2p_min(g: dict[str, Any]) -> dict[str, Any]:
-    vals = [float(v) for v in (g.get("p2p_gbs") or {}).values()]
-    return {"p2p_min_gbs": min(vals) if vals else None}
+def link_figures(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each GPU's ``p2p_link_gbs``: the median over its peers of the link's rate, both directions averaged.
+
+    A link belongs to two GPUs: averaging its directions charges neither end alone (a busy peer slows
+    writes into it), and the median over peers flags the GPU whose links are all slow, not its neighbours
+    that share one slow link with it."""
+    by = {str(g.get("index")): g for g in gpus}
+    out = []
+    for g in gpus:
+        links = []
+        for peer, v in (g.get("p2p_gbs") or {}).items():
+            back = ((by.get(str(peer)) or {}).get("p2p_gbs") or {}).get(str(g.get("index")))
+            links.append((float(v) + float(back)) / 2 if isinstance(back, (int, float)) else float(v))
+        out.append(dict(g, p2p_link_gbs=statistics.median(links) if links else None))
+    return out
 
 
 def run(cfg: Any, gpus: list[int] | None = None, extra: list[str] | None = None,

@@ -35,9 +35,9 @@ def _timed(torch, fn, iters: int, devs: tuple[int, ...]) -> float:
 
 def _bursts(torch, fn, devs: tuple[int, ...], reps: int, target_s: float) -> tuple[list[float], int]:
     """Seconds per call for ``reps`` bursts, each about ``target_s`` long (iterations sized by a trial)."""
-    fn()
     one = max(_timed(torch, fn, 3, devs) / 3, 1e-6)
     iters = max(3, int(target_s / one))
+    _timed(torch, fn, iters, devs)  # one untimed burst: clocks and power settle at this load first
     return [_timed(torch, fn, iters, devs) / iters for _ in range(reps)], iters
 
 
@@ -72,8 +72,9 @@ def probe_gpu(torch, dev: int, args: argparse.Namespace) -> dict:
             continue
         s = torch.empty(pbytes, device=f"cuda:{dev}", dtype=torch.uint8).fill_(1)
         d = torch.empty(pbytes, device=f"cuda:{peer}", dtype=torch.uint8)
-        runs, _ = _bursts(torch, lambda: d.copy_(s, non_blocking=True), (dev, peer), args.reps, args.burst_s / 2)
+        runs, iters = _bursts(torch, lambda: d.copy_(s, non_blocking=True), (dev, peer), args.reps, args.burst_s / 2)
         out["p2p_gbs"][str(peer)] = statistics.median(pbytes / r / 1e9 for r in runs)
+        out["p2p"] = {"bytes": pbytes, "iters": iters}
         del s, d
     torch.cuda.empty_cache()
     out["seconds"] = time.perf_counter() - t_start

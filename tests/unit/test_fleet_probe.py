@@ -70,15 +70,15 @@ def test_without_a_cuda_python_the_probe_cannot_run_and_says_why(tmp_path: Path)
 def test_probe_results_judged_kept_and_joined_to_the_fingerprints(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, fake_python(tmp_path, [_gpu(0, 700.0), _gpu(1, 420.0, p2p=120.0)]))
     r = probe.run(cfg)
-    assert r.status == "ok" and [g["p2p_min_gbs"] for g in r.gpus] == [180.0, 120.0]
+    assert r.status == "ok" and [g["p2p_link_gbs"] for g in r.gpus] == [150.0, 150.0]   # one link, both ways
     verdict = {v["index"]: v for v in probe.judge(r.gpus)}
     assert not verdict[0]["slow"] and verdict[1]["slow"]
     assert "GEMM 420.0 TFLOP/s, best 700.0 on this node (40% lower)" in verdict[1]["evidence"][0]
-    assert any("slowest P2P" in e for e in verdict[1]["evidence"])
+    assert not any("P2P" in e for e in verdict[1]["evidence"])        # the shared link is nobody's fault here
     res = gpu_probe.check({}, {}, [], cfg, CheckEnv(live=True))
     assert res.status == "warn" and "GPU 1 (GPU-1): GEMM 420.0" in res.detail
     kept = probe.load(cfg.general.state_dir)
-    assert kept["1"]["probe_tflops"] == 420.0 and kept["0"]["probe_p2p_gbs"] == 180.0
+    assert kept["1"]["probe_tflops"] == 420.0 and kept["0"]["probe_p2p_gbs"] == 150.0
     # the next node summary carries them (for the same board only) and the controller folds them once
     aggs = {"gpus": {str(i): {"uuid": f"GPU-{i}", "name": "NVIDIA H200", "seconds": 10.0, "load": {"busy_s": 0}}
                      for i in range(2)}}
@@ -95,6 +95,15 @@ def test_probe_results_judged_kept_and_joined_to_the_fingerprints(tmp_path: Path
     ranks = rank(st.gpus(), st.model_stats(), 5.0)
     assert [(g.node, g.idx) for g in ranks if g.flagged] == [("n009", 1)]
     assert "probe GEMM 420.0 TFLOP/s, model median 70" in ranks[0].headline
+
+
+def test_p2p_charges_the_gpu_whose_links_are_slow_not_its_neighbours() -> None:
+    fast, slow = 360.0, 200.0
+    gpus = [{"index": i, "name": "H", "p2p_gbs": {str(j): (slow if 3 in (i, j) else fast) for j in range(4) if j != i}}
+            for i in range(4)]
+    verdict = {v["index"]: v for v in probe.judge(probe.link_figures(gpus))}
+    assert [i for i, v in verdict.items() if v["slow"]] == [3]
+    assert "P2P (median link) 200.0 GB/s, best 360.0" in verdict[3]["evidence"][0]
 
 
 def test_probe_bounded_by_its_timeout_and_stopped_by_a_job(tmp_path: Path) -> None:
