@@ -1,10 +1,12 @@
-"""All-reduce bus bandwidth under different environments (torch.distributed, one process per GPU).
+"""Collective bus bandwidth under different environments (torch.distributed, one process per GPU).
 
 The launcher (``measure``) runs one fresh set of worker processes per environment and round, so
-each environment gets its own NCCL initialisation, and rounds interleave the environments so drift
-hits them all alike. Workers (``python -m gpuperf.env.ncclbench --worker``) time ``iters`` all-reduces
-per repeat after warm-ups and report per-op seconds (the slowest rank's). Pure helpers turn that into
-bus bandwidth, medians and run-to-run spread. Needs torch only where measurements run.
+each environment gets its own NCCL initialisation (NCCL, CUDA and OpenMP read their variables once
+per process), and rounds interleave the environments in alternating order so drift hits them all
+alike. One launch measures every collective and size it is given. Workers (``python -m
+gpuperf.env.ncclbench --worker``) time ``n`` back-to-back collectives per repeat with CUDA events
+after warm-ups and report per-op seconds (the slowest rank's). ``gpuperf.env.interval`` turns the
+per-round values into paired ratios with confidence intervals. Needs torch only where measurements run.
 """
 
 from __future__ import annotations
@@ -35,11 +37,6 @@ def sizes(min_bytes: int, max_bytes: int) -> list[int]:
     return out
 
 
-def busbw_gbps(nbytes: int, seconds: float, world: int) -> float:
-    """All-reduce bus bandwidth (nccl-tests' definition): bytes/time * 2(n-1)/n, in GB/s."""
-    return nbytes / seconds * (2 * (world - 1) / world) / 1e9 if seconds > 0 else 0.0
-
-
 def human(nbytes: int) -> str:
     """8192 -> '8 KiB'."""
     for unit, div in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
@@ -48,28 +45,54 @@ def human(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+COLLECTIVES = ("allreduce", "allgather", "reducescatter")
+# nccl-tests' bus bandwidth factors: all-reduce moves 2(n-1)/n of the buffer per rank, the others (n-1)/n
+_BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+        "reducescatter": lambda n: (n - 1) / n}
+
+
+def busbw_gbps(nbytes: int, seconds: float, world: int, coll: str = "allreduce") -> float:
+    """Bus bandwidth in GB/s of one collective over ``nbytes`` (the full buffer, as nccl-tests counts it)."""
+    return nbytes / seconds * _BUS[coll](world) / 1e9 if seconds > 0 else 0.0
+
+
 @dataclass
 class SetResult:
-    """One environment's measurements: per size, the bus bandwidth of every repeat of every round."""
+    """One environment's measurements, aligned by round: per round, collective -> size -> busbw per repeat.
+
+    A failed round is an empty dict at its index, so rounds stay paired with the other environments'.
+    """
 
     name: str
     env: dict[str, str]
-    rounds: list[dict[int, list[float]]] = field(default_factory=list)  # per round: size -> busbw per repeat
+    rounds: list[dict[str, dict[int, list[float]]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
-    def samples(self, size: int) -> list[float]:
-        """Every busbw sample for one size."""
-        return [x for r in self.rounds for x in r.get(size, [])]
+    def per_round(self, size: int, coll: str = "allreduce", best: bool = False) -> list[float | None]:
+        """Each round's busbw at one size, the median of its repeats or (``best``) the fastest; None where missing.
 
-    def median(self, size: int) -> float | None:
+        ``best`` suits comparing environments: a variable is constant within a launch, so a repeat slower
+        than its siblings is interference from outside the process, not the variable's doing.
+        """
+        out: list[float | None] = []
+        for r in self.rounds:
+            xs = r.get(coll, {}).get(size)
+            out.append((max(xs) if best else statistics.median(xs)) if xs else None)
+        return out
+
+    def samples(self, size: int, coll: str = "allreduce") -> list[float]:
+        """Every busbw sample for one size."""
+        return [x for r in self.rounds for x in r.get(coll, {}).get(size, [])]
+
+    def median(self, size: int, coll: str = "allreduce") -> float | None:
         """Median bus bandwidth at one size."""
-        s = self.samples(size)
+        s = self.samples(size, coll)
         return statistics.median(s) if s else None
 
-    def spread(self, size: int) -> float:
+    def spread(self, size: int, coll: str = "allreduce") -> float:
         """Run-to-run spread at one size: relative range of the per-round medians (repeats if one round)."""
-        per_round = [statistics.median(r[size]) for r in self.rounds if r.get(size)]
-        vals = per_round if len(per_round) > 1 else self.samples(size)
+        per_round = [x for x in self.per_round(size, coll) if x]
+        vals = per_round if len(per_round) > 1 else self.samples(size, coll)
         if len(vals) < 2:
             return 0.0
         mid = statistics.median(vals)
@@ -78,7 +101,7 @@ class SetResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {"name": self.name, "env": self.env, "errors": self.errors,
-                "rounds": [{str(k): v for k, v in r.items()} for r in self.rounds]}
+                "rounds": [{c: {str(k): v for k, v in per.items()} for c, per in r.items()} for r in self.rounds]}
 
 
 # --- launcher --------------------------------------------------------------------------------------
@@ -91,14 +114,18 @@ def _free_port() -> int:
 
 def clean_env(base: dict[str, str]) -> dict[str, str]:
     """The parent's environment without any NCCL/CUDA tuning or gpuperf markers: 'NCCL defaults'."""
-    drop = ("NCCL_", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS",
-            "GPUPERF_ENV_SET", "GPUPERF_OMP", "TORCH_NCCL")
+    drop = ("NCCL_", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
+            "OMP_NUM_THREADS", "GPUPERF_ENV_SET", "GPUPERF_OMP", "TORCH_NCCL")
     return {k: v for k, v in base.items() if not k.startswith(drop)}
 
 
 def run_once(env_set: dict[str, str], world: int, backend: str, device: str, size_list: list[int],
-             repeats: int, warmup: int, timeout_s: float) -> dict[int, list[float]]:
-    """One fresh group of ``world`` workers under ``env_set``: size -> busbw per repeat. Raises RuntimeError."""
+             repeats: int, warmup: int, timeout_s: float,
+             colls: tuple[str, ...] = ("allreduce",)) -> dict[str, dict[int, list[float]]]:
+    """One fresh group of ``world`` workers under ``env_set``: collective -> size -> busbw per repeat.
+
+    Raises RuntimeError when a worker fails or the group outlives ``timeout_s``.
+    """
     port = _free_port()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r0.json")
@@ -109,7 +136,7 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
             env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
             argv = [sys.executable, "-m", "gpuperf.env.ncclbench", "--worker", "--backend", backend, "--device", device,
                     "--sizes", ",".join(map(str, size_list)), "--repeats", str(repeats), "--warmup", str(warmup),
-                    "--out", out]
+                    "--colls", ",".join(colls), "--out", out]
             # output to files, not pipes: a chatty rank (NCCL_DEBUG) must not block on a full pipe
             with open(os.path.join(d, f"log{rank}"), "w") as log_f:
                 procs.append(subprocess.Popen(argv, env=env, stdout=log_f, stderr=subprocess.STDOUT,
@@ -132,80 +159,128 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
             raise RuntimeError(f"workers failed {bad}: {tail}")
         with open(out) as f:
             per_op = json.load(f)["seconds_per_op"]
-    return {int(s): [busbw_gbps(int(s), t, world) for t in ts] for s, ts in per_op.items()}
+    return {c: {int(s): [busbw_gbps(int(s), t, world, c) for t in ts] for s, ts in per.items()}
+            for c, per in per_op.items()}
 
 
 def measure(sets: dict[str, dict[str, str]], world: int, backend: str = "nccl", device: str = "cuda",
             size_list: list[int] | None = None, rounds: int = 3, repeats: int = 5, warmup: int = 5,
-            timeout_s: float = 240.0, log=print) -> dict[str, SetResult]:
-    """Measure every environment ``rounds`` times, interleaved; failures are recorded, not raised."""
+            timeout_s: float = 240.0, log=print, colls: tuple[str, ...] = ("allreduce",),
+            set_sizes: dict[str, list[int]] | None = None, budget_s: float | None = None,
+            on_round=None) -> dict[str, SetResult]:
+    """Measure every environment up to ``rounds`` times, interleaved; failures are recorded, not raised.
+
+    Odd rounds run the environments in reverse order, so none always follows the same neighbour.
+    ``set_sizes`` gives an environment fewer sizes (ablations); with ``budget_s`` no round starts
+    that would likely end past the budget (rounds done so far stay paired and usable). ``on_round``
+    gets the results after each round (to write partial results).
+    """
     size_list = size_list or sizes(8 * KIB, GIB)
     results = {name: SetResult(name, env) for name, env in sets.items()}
+    t_start = time.monotonic()
     for r in range(rounds):
-        for name, env in sets.items():
+        elapsed = time.monotonic() - t_start
+        if budget_s is not None and r > 0 and elapsed + elapsed / r > budget_s:
+            log(f"budget: stopping after {r} round(s) ({elapsed:.0f} s of {budget_s:.0f} s)")
+            break
+        order = list(sets) if r % 2 == 0 else list(reversed(sets))
+        for name in order:
             t0 = time.monotonic()
+            wanted = (set_sizes or {}).get(name) or size_list
             try:
-                results[name].rounds.append(run_once(env, world, backend, device, size_list, repeats, warmup, timeout_s))
+                results[name].rounds.append(run_once(sets[name], world, backend, device, wanted, repeats, warmup,
+                                                     timeout_s, colls))
                 log(f"round {r + 1}/{rounds} {name}: {time.monotonic() - t0:.1f} s")
             except RuntimeError as e:
+                results[name].rounds.append({})
                 results[name].errors.append(f"round {r + 1}: {e}")
                 log(f"round {r + 1}/{rounds} {name}: FAILED {e}")
+        if on_round:
+            on_round(results)
     return results
 
 
 # --- worker ----------------------------------------------------------------------------------------
+
+def _op(dist: Any, coll: str, nbytes: int, world: int, dev: Any, torch: Any):
+    """A no-argument callable running one collective over ``nbytes`` (nccl-tests' size convention)."""
+    n = max(world, nbytes // 4 // world * world)  # float32 elements, divisible by the world
+    if coll == "allreduce":
+        buf = torch.ones(n, dtype=torch.float32, device=dev)
+        return lambda: dist.all_reduce(buf)
+    if coll == "allgather":  # size = the gathered output
+        out, inp = torch.empty(n, dtype=torch.float32, device=dev), torch.ones(n // world, dtype=torch.float32, device=dev)
+        return lambda: dist.all_gather_into_tensor(out, inp)
+    if coll == "reducescatter":  # size = the input that is reduced
+        inp, out = torch.ones(n, dtype=torch.float32, device=dev), torch.empty(n // world, dtype=torch.float32, device=dev)
+        return lambda: dist.reduce_scatter_tensor(out, inp)
+    raise ValueError(f"unknown collective {coll!r} (known: {', '.join(COLLECTIVES)})")
+
+
+def _timer(torch: Any, cuda: bool):
+    """Seconds for ``n`` calls of ``fn``: CUDA events on the GPU (kernel time, no host jitter), else a clock."""
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def timed(fn, n: int) -> float:
+            start.record()
+            for _ in range(n):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        return timed
+
+    def timed_cpu(fn, n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return time.perf_counter() - t0
+    return timed_cpu
+
 
 def _worker(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dev = torch.device(args.device, rank) if args.device == "cuda" else torch.device("cpu")
-    if args.device == "cuda":
+    cuda = args.device == "cuda"
+    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
         torch.cuda.set_device(dev)
-        try:
-            dist.init_process_group(args.backend, rank=rank, world_size=world, device_id=dev)
-        except TypeError:  # torch < 2.3 has no device_id
-            dist.init_process_group(args.backend, rank=rank, world_size=world)
+        dist.init_process_group(args.backend, rank=rank, world_size=world, device_id=dev)
     else:
         dist.init_process_group(args.backend, rank=rank, world_size=world)
-
-    def sync() -> None:
-        if args.device == "cuda":
-            torch.cuda.synchronize(dev)
-
+    timed = _timer(torch, cuda)
     size_list = [int(s) for s in args.sizes.split(",")]
-    per_op: dict[int, list[float]] = {}
-    for nbytes in size_list:
-        buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=dev)
-        t0 = time.perf_counter()
-        for _ in range(args.warmup):
-            dist.all_reduce(buf)
-        sync()
-        est = max((time.perf_counter() - t0) / max(1, args.warmup), 1e-6)
-        # enough ops per repeat that one repeat lasts ~20 ms: timer and launch noise stay small
-        iters = torch.tensor([min(1000, max(2, int(0.02 / est)))], device=dev)
-        dist.all_reduce(iters, op=dist.ReduceOp.MAX)  # every rank must run the same count
-        n = int(iters.item())
-        times = []
-        for _ in range(args.repeats):
-            dist.barrier()
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(n):
-                dist.all_reduce(buf)
-            sync()
-            times.append((time.perf_counter() - t0) / n)
-        per_op[nbytes] = times
-        del buf
-    mat = torch.tensor([per_op[s] for s in size_list], dtype=torch.float64, device=dev)
+    colls = [c for c in args.colls.split(",") if c]
+    keys: list[tuple[str, int]] = []
+    per_op: list[list[float]] = []
+    for coll in colls:
+        for nbytes in size_list:
+            fn = _op(dist, coll, nbytes, world, dev, torch)
+            est = max(timed(fn, max(1, args.warmup)) / max(1, args.warmup), 1e-6)
+            # enough ops per repeat that one lasts ~5 ms: launch jitter stays small next to it
+            iters = torch.tensor([min(500, max(2, int(0.005 / est)))], device=dev)
+            dist.all_reduce(iters, op=dist.ReduceOp.MAX)  # every rank must run the same count
+            n = int(iters.item())
+            times = []
+            for _ in range(args.repeats):
+                dist.barrier()
+                times.append(timed(fn, n) / n)
+            keys.append((coll, nbytes))
+            per_op.append(times)
+            del fn
+    mat = torch.tensor(per_op, dtype=torch.float64, device=dev)
     dist.all_reduce(mat, op=dist.ReduceOp.MAX)  # the slowest rank is the collective's time
     if rank == 0:
+        res: dict[str, dict[str, list[float]]] = {}
+        for i, (coll, nbytes) in enumerate(keys):
+            res.setdefault(coll, {})[str(nbytes)] = mat[i].tolist()
         with open(args.out, "w") as f:
-            json.dump({"seconds_per_op": {str(s): mat[i].tolist() for i, s in enumerate(size_list)},
-                       "torch": torch.__version__,
-                       "nccl": _nccl_version(torch) if args.device == "cuda" else None,
-                       "gpu": torch.cuda.get_device_name(dev) if args.device == "cuda" else None}, f)
+            json.dump({"seconds_per_op": res, "torch": torch.__version__,
+                       "nccl": _nccl_version(torch) if cuda else None,
+                       "gpu": torch.cuda.get_device_name(dev) if cuda else None}, f)
     dist.barrier()
     dist.destroy_process_group()
     return 0
@@ -256,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--colls", default="allreduce")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     return _worker(args)

@@ -161,7 +161,9 @@ def omp_threads(cpus_per_task: int, gpus_per_task: int = 1) -> EnvVar:
     if gpt > 1:
         why += (f" and {gpt} GPUs; launchers (torchrun, mp.spawn) start one process per GPU that inherits this "
                 f"value, so each gets {n}")
-    why += "; unset, OpenMP starts one thread per CPU of the whole node and oversubscribes a shared node"
+    why += ("; unset, OpenMP starts one thread per CPU the process may use in every process and oversubscribes "
+            "them (4 ranks on 32 CPUs: more than 2.5x slower than with 8 threads each, "
+            "benchmarks/omp_shared_node.py on the 2x H200 machine)")
     return EnvVar("OMP_NUM_THREADS", str(n), why, "default:omp_threads")
 
 

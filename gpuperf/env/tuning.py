@@ -1,8 +1,9 @@
 """``gpuperf tune``'s decision: does a candidate variable win clearly enough to become a policy rule?
 
-Pure. A candidate wins when, at every size that matters, its median bus bandwidth beats the
-baseline's by more than the run-to-run spread of either, and it loses nowhere at or above 1 MiB
-(a deficit larger than the spread, or more than 2%, is a loss).
+Pure. Per collective and size, the candidate's bandwidth over the baseline's is a paired per-round
+ratio with a 95% interval (``gpuperf.env.interval``). A candidate wins when the interval lies above
+1 and reaches past the tolerance (+-2% from 1 MiB, +-5% below) at every size that matters, and it
+is a proven loss nowhere at or above 1 MiB. Anything less writes no rule.
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuperf.env import interval as iv
 from gpuperf.env.ncclbench import MIB, SetResult, human
-
-MAX_TOLERATED_LOSS = 0.02  # even when runs are noisy, a 2% deficit counts as a loss
 
 
 @dataclass(frozen=True)
 class SizeCheck:
-    """One size: candidate/baseline median ratio and the noise it is judged against."""
+    """One collective at one size: the paired ratio interval, its class, and whether it counts."""
 
+    coll: str
     size: int
-    ratio: float | None
-    spread: float
+    ratio: iv.Interval
+    verdict: str  # interval.classify: win, loss, same, unsettled, unmeasured
     matters: bool
     wins: bool
     loses: bool
@@ -40,46 +41,58 @@ class Verdict:
 
     def gain(self) -> float:
         """Geometric-mean ratio over the sizes that matter (1.0 when none measured)."""
-        rs = [c.ratio for c in self.checks if c.matters and c.ratio]
+        rs = [c.ratio.ratio for c in self.checks if c.matters and c.ratio.ratio]
         return math.exp(sum(math.log(r) for r in rs) / len(rs)) if rs else 1.0
 
     def evidence(self) -> dict[str, Any]:
-        """What a written rule records about its measurement."""
-        m = [c for c in self.checks if c.ratio is not None]
-        return {"sizes": [c.size for c in m], "ratio": [round(c.ratio, 4) for c in m],
-                "spread": [round(c.spread, 4) for c in m], "gain_geomean": round(self.gain(), 4)}
+        """What a written rule records about its measurement: per collective and size, ratio and 95% interval."""
+        m = [c for c in self.checks if c.ratio.lo is not None]
+        return {"collective": [c.coll for c in m], "sizes": [c.size for c in m],
+                "ratio": [round(c.ratio.ratio, 4) for c in m], "ci95_low": [round(c.ratio.lo, 4) for c in m],
+                "ci95_high": [round(c.ratio.hi, 4) for c in m], "paired_rounds": [c.ratio.n for c in m],
+                "gain_geomean": round(self.gain(), 4)}
 
 
 def decide(base: SetResult, cand: SetResult, size_list: list[int], matter_min: int = MIB,
-           matter_max: int | None = None, no_loss_from: int = MIB) -> Verdict:
-    """Judge one candidate against the baseline on the sizes measured."""
-    if base.errors or cand.errors:
-        return Verdict(cand.name, cand.env, False, f"measurement failed: {(cand.errors or base.errors)[0][:200]}")
+           matter_max: int | None = None, no_loss_from: int = MIB, colls: tuple[str, ...] = ("allreduce",)) -> Verdict:
+    """Judge one candidate against the baseline on the collectives and sizes measured."""
+    if base.errors or cand.errors or not any(base.rounds) or not any(cand.rounds):
+        # a launch that failed under the candidate may have failed because of it: never a rule
+        errs = cand.errors or base.errors or ["nothing measured"]
+        return Verdict(cand.name, cand.env, False, f"measurement failed: {errs[0][:200]}")
     checks = []
-    for s in size_list:
-        b, c = base.median(s), cand.median(s)
-        ratio = c / b if b and c else None
-        noise = max(base.spread(s), cand.spread(s))
-        matters = s >= matter_min and (matter_max is None or s <= matter_max)
-        wins = ratio is not None and ratio - 1 > noise
-        loses = s >= no_loss_from and (ratio is None or ratio < 1 - min(noise, MAX_TOLERATED_LOSS))
-        checks.append(SizeCheck(s, ratio, noise, matters, wins, loses))
+    for coll in colls:
+        for s in size_list:
+            ratio = iv.ratio_interval(iv.paired_ratios(base.per_round(s, coll), cand.per_round(s, coll)))
+            kind = iv.classify(ratio, iv.tolerance(s))
+            matters = s >= matter_min and (matter_max is None or s <= matter_max)
+            loses = s >= no_loss_from and (kind == "loss" or ratio.ratio is None)
+            checks.append(SizeCheck(coll, s, ratio, kind, matters, kind == "win", loses))
     losing = [c for c in checks if c.loses]
     if losing:
-        worst = min(losing, key=lambda c: c.ratio or 0)
-        return Verdict(cand.name, cand.env, False, f"loses at {human(worst.size)} "
-                       f"({_pct(worst.ratio)} vs spread {worst.spread * 100:.1f}%)", checks)
+        worst = min(losing, key=lambda c: c.ratio.ratio or 0)
+        return Verdict(cand.name, cand.env, False, f"loses at {worst.coll} {human(worst.size)} "
+                       f"({iv.fmt(worst.ratio)}: {worst.verdict})", checks)
     matter = [c for c in checks if c.matters]
     if not matter:
         return Verdict(cand.name, cand.env, False, "no size that matters was measured", checks)
     flat = [c for c in matter if not c.wins]
     if flat:
         c = flat[0]
-        return Verdict(cand.name, cand.env, False, f"no clear win at {human(c.size)} "
-                       f"({_pct(c.ratio)} within spread {c.spread * 100:.1f}%)", checks)
+        return Verdict(cand.name, cand.env, False, f"no proven win at {c.coll} {human(c.size)} "
+                       f"({iv.fmt(c.ratio)}: {c.verdict})", checks)
     v = Verdict(cand.name, cand.env, True, "", checks)
+    lows = min(c.ratio.lo for c in matter if c.ratio.lo is not None)
     return Verdict(cand.name, cand.env, True, f"wins at every size that matters (geomean {_pct(v.gain())}, "
-                   f"each beyond the run-to-run spread) and loses nowhere >= {human(no_loss_from)}", checks)
+                   f"every 95% interval above 1, lowest bound {lows:.3f}, {matter[0].ratio.n} paired rounds) "
+                   f"and is a proven loss nowhere >= {human(no_loss_from)}", checks)
+
+
+def default_is_best(verdicts: list[Verdict]) -> bool:
+    """True when every candidate is proven no better than the baseline somewhere that matters (same or loss)."""
+    return bool(verdicts) and all(
+        any(c.matters and c.verdict in ("same", "loss") for c in v.checks) or any(c.loses for c in v.checks)
+        for v in verdicts)
 
 
 def _pct(ratio: float | None) -> str:
@@ -87,12 +100,11 @@ def _pct(ratio: float | None) -> str:
 
 
 def best_per_variable(verdicts: list[Verdict]) -> list[Verdict]:
-    """Accepted verdicts, at most one per variable (the largest gain), in input order."""
-    best: dict[str, Verdict] = {}
-    for v in verdicts:
-        if not v.accepted:
-            continue
-        key = ",".join(sorted(v.env))
-        if key not in best or v.gain() > best[key].gain():
-            best[key] = v
-    return [v for v in verdicts if v in best.values()]
+    """Accepted verdicts, largest gain first, skipping any that sets a variable a better one sets; input order."""
+    taken: set[str] = set()
+    keep = []
+    for v in sorted((v for v in verdicts if v.accepted), key=lambda v: -v.gain()):
+        if taken.isdisjoint(v.env):
+            keep.append(v)
+            taken.update(v.env)
+    return [v for v in verdicts if v in keep]

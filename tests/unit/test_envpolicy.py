@@ -65,7 +65,7 @@ def test_single_node_sets_no_network_variables():
     plan = ep.plan(hgx(), JobShape(gpus=(0, 1, 2, 3), nodes=1, cpus_per_task=32, gpus_per_task=4))
     v = values(plan)
     assert not [n for n in v if n.startswith("NCCL_")]
-    assert v["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "CUDA_DEVICE_ORDER" not in v  # identical GPUs: CUDA's order is the PCI order already
     assert v["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert v["OMP_NUM_THREADS"] == "8"  # 32 CPUs shared by the 4 GPU processes a launcher starts
 
@@ -226,8 +226,27 @@ def _shape(topo: dict, nodes: int) -> JobShape:
 def test_fixture_single_node_gets_only_the_common_variables(name):
     topo = _node(name)
     plan = ep.plan(topo, _shape(topo, 1))
-    assert plan.names() == ["CUDA_DEVICE_ORDER", "PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS"]
+    assert plan.names() == ["PYTORCH_CUDA_ALLOC_CONF", "OMP_NUM_THREADS"]
     assert plan.get("OMP_NUM_THREADS").value == str(max(1, 16 // len(topo["gpus"])))
+    assert any(s.name == "CUDA_DEVICE_ORDER" for s in plan.skipped)  # identical GPUs: nothing to reorder
+
+
+def test_cuda_device_order_only_where_cuda_and_pci_orders_differ():
+    topo = _node("mixed-a100-h100")  # A100 on the lower PCI bus, H100 above it
+    assert [g["name"] for g in topo["gpus"]] == ["NVIDIA A100 80GB PCIe", "NVIDIA H100 PCIe"]
+    assert ep.cuda_default_order(topo["gpus"]) == [1, 0]  # compute capability first: the H100 is CUDA device 0
+    plan = ep.plan(topo, _shape(topo, 1))
+    var = plan.get("CUDA_DEVICE_ORDER")
+    assert var.value == "PCI_BUS_ID" and "[1, 0]" in var.reason and "docs.nvidia.com/cuda" in var.reason
+    same = copy.deepcopy(topo)
+    for g in same["gpus"]:
+        g.update(name="NVIDIA H100 PCIe", arch="hopper")
+    assert ep.cuda_default_order(same["gpus"]) == [0, 1]
+    assert ep.plan(same, _shape(same, 1)).get("CUDA_DEVICE_ORDER") is None
+    unknown = copy.deepcopy(topo)
+    unknown["gpus"][0]["arch"] = None  # a model gpuperf cannot place: the orders may differ, so set it
+    assert ep.cuda_default_order(unknown["gpus"]) is None
+    assert ep.plan(unknown, _shape(unknown, 1)).get("CUDA_DEVICE_ORDER") is not None
 
 
 @pytest.mark.parametrize("name", ["hgx-h100-2s", "pcie-l40s-2s", "h100-vm", "h200x4-vm"])
@@ -417,7 +436,7 @@ def test_notice_is_one_print_line(tmp_path, capsys, monkeypatch):
     envtask.step(_ctx(hook="taskprolog"), cfg, HookState())
     lines = capsys.readouterr().out.splitlines()
     prints = [l for l in lines if l.startswith("print ")]
-    assert len(prints) == 1 and "CUDA_DEVICE_ORDER" in prints[0]
+    assert len(prints) == 1 and "PYTORCH_CUDA_ALLOC_CONF" in prints[0]
     assert lines[-2].startswith(f"export {ep.MARKER}=")
 
 
@@ -426,7 +445,7 @@ def test_exports_for_computes_without_a_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())
     env = {"SLURM_CPUS_PER_TASK": "4", "CUDA_VISIBLE_DEVICES": "0", "OMP_NUM_THREADS": "2"}
     pairs = dict(envtask.exports_for(_ctx(job_id=None, gpus=[0], nodelist=None), cfg, env))
-    assert pairs["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert pairs["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert "OMP_NUM_THREADS" not in pairs  # the caller's own value wins
     assert ep.MARKER in pairs
 
@@ -461,9 +480,10 @@ def test_gpuperf_env_json_and_explain_on_a_recorded_node(capsys, monkeypatch, tm
     assert not any(n.startswith("GPUPERF_") for n in exports)
     rc, out, _ = _gpuperf(["env", "--explain", "--root", str(root)], capsys, monkeypatch, tmp_path)
     lines = out.splitlines()
-    assert rc == 0 and "export CUDA_DEVICE_ORDER=PCI_BUS_ID" in lines
-    reason = lines[lines.index("export CUDA_DEVICE_ORDER=PCI_BUS_ID") - 1]
-    assert reason.startswith("# ") and "[default:cuda_device_order]" in reason
+    assert rc == 0 and "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in lines
+    reason = lines[lines.index("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") - 1]
+    assert reason.startswith("# ") and "[default:pytorch_alloc]" in reason and "alloc_fragmentation" in reason
+    assert any(l.startswith("# not set: CUDA_DEVICE_ORDER: ") for l in lines)  # eight identical H100s
     assert any(l.startswith("# not set: NCCL_SOCKET_IFNAME, NCCL_IB_*: single-node") for l in lines)
 
 

@@ -261,7 +261,28 @@ def pcie_l40s(dest: str) -> None:
     t.json("net.json", {"ipv4": {"ens1f0np0": [ip], "eno1": ["10.0.0.21"]}})
 
 
-BUILDERS = {"hgx-h100-2s": hgx_h100, "pcie-l40s-2s": pcie_l40s}
+def mixed_a100_h100(dest: str) -> None:
+    """A workstation-class node with two GPU generations: an A100 PCIe on the lower bus, an H100 PCIe above it."""
+    t = Tree(dest)
+    node_cpus = cpus_and_numa(t, cores_per_socket=32, sockets=1, mem_kib_per_node=527_682_472)
+    common(t, "mixed-01", peermem=False)
+    models = [("NVIDIA A100 80GB PCIe", "ampere", [8, 0], 0x20B5, 81920, 300.0, 4),
+              ("NVIDIA H100 PCIe", "hopper", [9, 0], 0x2331, 81559, 350.0, 5)]
+    gpus = []
+    for i, (b, (name, arch, cc, dev, mem, power, gen)) in enumerate(zip([0x17, 0x65], models)):
+        host, rp, ep = f"pci0000:{b:02x}", f"0000:{b:02x}:01.0", f"0000:{b + 1:02x}:00.0"
+        bridge(t, [host, rp], 0, node_cpus[0], gen=gen)
+        endpoint(t, [host, rp, ep], 0x10DE, dev, 0x030200, 0, node_cpus[0], gen, "nvidia")
+        gpus.append(gpu_record("mixed-a100-h100", i, ep, name, arch, cc, mem, 0, gen, power,
+                               {"links_total": 0, "links_active": 0, "links": []}, []))
+    bridge(t, ["pci0000:00", "0000:00:1c.0"], 0, node_cpus[0], gen=4)
+    rel = endpoint(t, ["pci0000:00", "0000:00:1c.0", "0000:04:00.0"], 0x8086, 0x1533, 0x020000, 0, node_cpus[0], 3, "igb")
+    plain_nic(t, rel, "eno1", 1000)
+    t.json("gpus.json", snapshot("mixed-a100-h100", gpus))
+    t.json("net.json", {"ipv4": {"eno1": ["10.0.0.31"]}})
+
+
+BUILDERS = {"hgx-h100-2s": hgx_h100, "pcie-l40s-2s": pcie_l40s, "mixed-a100-h100": mixed_a100_h100}
 
 
 def main(out: str) -> None:
