@@ -21,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from gpuperf import diagnosis  # noqa: E402
+from gpuperf.diagnosis import roofline  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 
 RECORDINGS = os.path.join(os.path.dirname(HERE), "tests", "data", "recordings")
@@ -76,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="also write the table (markdown) here")
     a = p.parse_args(argv)
     rows = [r for r in (row(f) for f in sorted(glob.glob(os.path.join(RECORDINGS, "*.jsonl*")))) if r]
-    text = table(rows)
+    text = ("Estimated vs achieved per ground-truth recording (error = (estimate - achieved) / achieved; "
+            "per GPU, over the workload's timed window)\n\n" + table(rows))
     plain = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None and r["workload"] not in ("gemm_fp8",)
              and r["unit"] != "GB/s bus"]
-    summary = (f"\nlargest error, bf16/FP32 math and DRAM: {max(plain):.1f}% over {len(plain)} recordings"
+    summary = (f"\nlargest error, bf16/FP32 math and DRAM: {max(plain):.1f}% over {len(plain)} recordings; stated "
+               f"bound ±{roofline.ERROR_PCT:.0f}% (gpuperf/diagnosis/roofline.py, asserted in tests/unit/test_ground_truth.py). "
+               "FP8: the tensor estimate counts bf16 work per cycle, so the achieved rate lies between it and twice it. "
+               "All-reduce over sockets: PCIe per GPU per direction against the bus bandwidth, bound ±30%."
                if plain else "\nno recordings with achieved figures")
     print(text + summary)
     if a.out:

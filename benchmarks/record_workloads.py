@@ -4,7 +4,8 @@
 
 The recorder runs in its own process (as the daemon would), starts before the workload and stops a
 few seconds after it, so each recording shows the ramp up and down. The commands, the GPU model and the
-driver go into each recording's "how".
+driver go into each recording's "how"; the workload's own figures (its ``name: key=value`` report lines:
+TFLOP/s or GB/s and the timed loop's window) go into the header's "achieved" once it has ended.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
 from gpuperf.diagnosis.thresholds import CLASSES, DEFAULTS, resolve_thresholds
 
-__all__ = ["CLASSES", "DEFAULTS", "Diagnosis", "diagnose", "resolve_thresholds", "required_evidence"]
+__all__ = ["CLASSES", "DEFAULTS", "Diagnosis", "diagnose", "resolve_thresholds"]
 
 
 @dataclass
@@ -42,22 +42,6 @@ class Diagnosis:
         d = asdict(self)
         d["class"] = d.pop("cls")
         return d
-
-
-def required_evidence(cls: str) -> tuple[tuple[str, ...], ...]:
-    """Job figures a class rests on: every group must have at least one measured key (documented contract)."""
-    return {
-        "idle": (("util_gpu_pct", "sm_active_pct", "idle_pct"),),
-        "input_bound": (("util_gpu_pct", "sm_active_pct"),),
-        "launch_bound": (("util_gpu_pct",), ("sm_active_pct",)),
-        "memory_bound": (("dram_active_pct",),),
-        "compute_bound": (("sm_active_pct", "util_gpu_pct"), ("tensor_active_pct", "fp16_active_pct",
-                                                               "fp32_active_pct", "fp64_active_pct")),
-        "communication_bound": (("nvlink_bps", "pcie_bps", "net_bps"),),
-        "throttled": (("throttle_s",),),
-        "busy_unprofiled": (("util_gpu_pct", "sm_active_pct", "idle_pct"),),
-        "unused_gpus": (("util_gpu_pct", "sm_active_pct", "idle_pct"),),
-    }.get(cls, ())
 
 
 def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None = None) -> Diagnosis:

@@ -124,3 +124,15 @@ def test_the_finalize_series_gives_the_node_summary_its_phases():
     assert plain["phases"] == []
     assert [p["class"] for p in with_series["phases"]][-1] == "compute_bound"
     assert "input_bound" in [p["class"] for p in with_series["phases"]]
+
+
+def test_reports_show_the_phases_the_unused_gpus_and_the_confidence():
+    from gpuperf.report import html, terminal
+
+    s, d, _ = job("phases-h100-80gb-hbm3.jsonl.gz")
+    s = dict(s, diagnosis=d.to_dict())
+    assert "id='phases'" in html.render(s) and "input-bound, 50% of the GPU-hours" in html.render(s)
+    assert "phase" in terminal.render(s, width=160, color=False)
+    s2, d2, _ = job("one_busy-h200.jsonl.gz", gpus=None)
+    out = terminal.render(dict(s2, diagnosis=d2.to_dict()), width=160, color=False)
+    assert "UNUSED-GPUS" in out and "working GPUs: compute-bound" in out and "GPU-hours wasted" in out
