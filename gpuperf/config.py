@@ -152,10 +152,18 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "address": Key(str, "", "host:port of the controller's collector; empty: SlurmctldHost"),
         "port": Key(int, 9403, "port the controller's collector listens on"),
         "store": Key(str, "", "controller SQLite store; empty: <state_dir>/cluster.sqlite"),
-        "merge_wait_s": Key(float, 30.0, "how long the slurmctld epilog waits for late nodes", validate=_positive),
+        "merge_wait_s": Key(float, 30.0, "how long the controller service waits for late nodes after a job ends", validate=_positive),
         "bind": Key(str, "0.0.0.0", "address the controller's collector binds"),
         "munge_socket": Key(str, "", "munged socket for node-summary credentials; empty: munge's default"),
-        "admin_comment_wait_s": Key(float, 30.0, "how long to retry sacctmgr until the job is in the database", validate=_positive),
+        "admin_comment_wait_s": Key(float, 21600.0, "retry horizon: how long the service retries a job's AdminComment "
+                                    "before marking it 'accounting unavailable'", validate=_positive),
+        "spool_dir": Key(str, "", "where gpuperf-epilog-slurmctld drops job-end notices; empty: <state_dir>/ended"),
+        "writers": Key(int, 4, "accounting writer threads (each one sacctmgr process per batch)", validate=_positive),
+        "write_batch": Key(int, 50, "AdminComments written per sacctmgr process", validate=_positive),
+        "retry_max_s": Key(float, 60.0, "longest pause between two tries of one job's AdminComment", validate=_positive),
+        "orphan_after_s": Key(float, 3600.0, "a node summary whose job slurmctld never reported ending is merged "
+                              "(and flagged) after this long", validate=_positive),
+        "series_points": Key(int, 500, "points per metric per GPU in the series a node summary carries (0: none)"),
     },
     "fleet": {
         "store": Key(str, "", "controller's fleet fingerprints (SQLite); empty: <state_dir>/fleet.sqlite"),

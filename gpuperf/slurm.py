@@ -22,11 +22,12 @@ class Slurm:
     bin_dir: str = "/usr/bin"
     timeout_s: float = 10.0
 
-    def run(self, tool: str, *args: str, timeout_s: float | None = None) -> str:
-        """Run one Slurm tool; stdout on success, SlurmError otherwise."""
+    def run(self, tool: str, *args: str, timeout_s: float | None = None, input: str | None = None) -> str:
+        """Run one Slurm tool (``input`` on its stdin); stdout on success, SlurmError otherwise."""
         exe = os.path.join(self.bin_dir, tool)
         try:
-            p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s or self.timeout_s)
+            p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s or self.timeout_s,
+                               input=input)
         except FileNotFoundError:
             raise SlurmError(f"{exe} not found") from None
         except subprocess.TimeoutExpired:
@@ -75,6 +76,59 @@ class Slurm:
     def set_admin_comment_db(self, job_id: int, text: str) -> None:
         """AdminComment in the accounting database, for finished jobs (22.05 lowercases it)."""
         self.run("sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set", f"AdminComment={text}")
+
+    def set_admin_comments_db(self, items: list[tuple[int, str]]) -> str:
+        """Many finished jobs' AdminComments in one sacctmgr process (one command per stdin line).
+
+        sacctmgr goes on after a job the database does not know yet ("Nothing modified") and then
+        exits 1, so the exit status says nothing about the others: check with ``admin_comments``."""
+        # the value is quoted: a line is split at spaces; our comments hold no quote (lowercase-safe)
+        script = "".join(f'modify job where jobid={int(j)} set AdminComment="{t}"\n' for j, t in items if '"' not in t)
+        try:
+            return self.run("sacctmgr", "-i", input=script, timeout_s=self.timeout_s + len(items) * 0.5)
+        except SlurmError as e:
+            if "Nothing modified" in str(e) or "didn't affect anything" in str(e):
+                return str(e)
+            raise
+
+    def admin_comments(self, job_ids: list[int]) -> dict[int, str]:
+        """job id -> AdminComment ('' when none) for every job sacct knows, in one sacct call."""
+        return {j: r["AdminComment"] for j, r in self.sacct_jobs(job_ids, ("JobID", "AdminComment%65535")).items()}
+
+    def sacct_jobs(self, job_ids: list[int], fields: tuple[str, ...]) -> dict[int, dict[str, str]]:
+        """job id -> field -> value for every job of ``job_ids`` sacct knows, in one sacct call.
+
+        ``fields`` starts with JobID; a width suffix (``AdminComment%65535``) is dropped from the key.
+        The last field may hold '|' (it gets the rest of the line)."""
+        if not job_ids:
+            return {}
+        out = self.run("sacct", "-n", "-X", "-P", "-j", ",".join(str(int(j)) for j in job_ids),
+                       "-o", ",".join(fields), timeout_s=self.timeout_s + len(job_ids) * 0.05)
+        keys = [f.partition("%")[0] for f in fields]
+        got: dict[int, dict[str, str]] = {}
+        for line in out.splitlines():
+            vals = line.split("|", len(keys) - 1)
+            if len(vals) == len(keys) and vals[0].isdigit():
+                got[int(vals[0])] = dict(zip(keys, vals))
+        return got
+
+    def sacct_rows(self, fields: tuple[str, ...], since: str, user: str | None = None,
+                   timeout_s: float = 120.0) -> list[dict[str, str]]:
+        """Allocation lines of every job that ended since ``since`` (sacct's time syntax), one sacct call.
+
+        ``user`` None: the caller's own jobs (sacct's default); ``"ALL"``: everyone's (admins)."""
+        args = ["-n", "-X", "-P", "-S", since, "-s", "CD,F,TO,CA,NF,OOM,PR,DL,RQ", "-o", ",".join(fields)]
+        if user == "ALL":
+            args.append("-a")
+        elif user:
+            args += ["-u", user]
+        out = self.run("sacct", *args, timeout_s=timeout_s)
+        rows = []
+        for line in out.splitlines():
+            vals = line.split("|")
+            if len(vals) == len(fields):
+                rows.append(dict(zip(fields, vals)))
+        return rows
 
     def admin_comment(self, job_id: int) -> str:
         """The AdminComment sacct holds for a job ('' when none)."""
@@ -142,3 +196,36 @@ class Slurm:
             return int(fields["Sockets"]), int(fields["CoresPerSocket"]), int(fields["ThreadsPerCore"])
         except (KeyError, ValueError):
             return None
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """A Slurm hostlist ('gpu[01-03,7],login1') as names, without calling scontrol (pure, per job).
+
+    Slurm's syntax: comma-separated items, each with bracket groups of numbers and ranges (zero
+    padding kept). No library for it ships with the runtime; tested against ``scontrol show hostnames``."""
+    names: list[str] = []
+    item, depth = "", 0
+    for ch in expr + ",":
+        if ch == "," and depth == 0:
+            if item.strip():
+                names += _expand_item(item.strip())
+            item = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        item += ch
+    return names
+
+
+def _expand_item(item: str) -> list[str]:
+    lo = item.find("[")
+    if lo < 0:
+        return [item]
+    hi = item.index("]", lo)
+    head, body, tail = item[:lo], item[lo + 1:hi], item[hi + 1:]
+    out = []
+    for part in body.split(","):
+        a, sep, b = part.partition("-")
+        nums = [a] if not sep else [str(n).zfill(len(a)) for n in range(int(a), int(b) + 1)]
+        for n in nums:
+            out += [head + n + rest for rest in _expand_item(tail)] if "[" in tail else [head + n + tail]
+    return out

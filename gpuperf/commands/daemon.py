@@ -1,5 +1,5 @@
 """``gpuperf daemon [--backend SPEC] [--foreground] [--controller]``: the node daemon, or on the
-controller host the collector of node summaries (``--controller``)."""
+controller host the controller service (``--controller``: node summaries, merges, AdminComments)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--foreground", action="store_true",
                    help="also log to stderr (the daemon never forks: systemd runs it as Type=simple)")
     p.add_argument("--controller", action="store_true",
-                   help="run the controller's collector of node summaries instead of the node daemon")
+                   help="run the controller service (node summaries, merges, AdminComments) instead of the node daemon")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,12 +26,12 @@ def run(args: argparse.Namespace) -> int:
     name = "collector" if args.controller else "daemon"
     log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=args.foreground or not cfg.general.log_file)
     if args.controller:
-        from gpuperf.controller.collector import serve as collector_serve
+        from gpuperf.controller.service import serve as controller_serve
 
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        collector_serve(cfg, stop=stop)
+        controller_serve(cfg, stop=stop)
         return 0
     from gpuperf.daemon.server import serve
 

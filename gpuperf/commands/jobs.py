@@ -1,7 +1,9 @@
-"""``gpuperf jobs [--since 7d] [--user U] [--sort waste|energy|gpu-hours] [--json]``: the admin's job list.
+"""``gpuperf jobs [--since 7d] [--user U] [--sort waste|energy|gpu-hours] [--source auto|store|sacct] [--json]``.
 
-Reads the controller's store. Admins see every job; other users only their own (and need read
-access to the store, which is private by default: they use ``gpuperf report`` and sacct).
+Two sources, the same rows. Admins on the controller read its store (every job, with the state of
+its AdminComment: ``acct-pending`` while the service retries, ``acct-unavailable`` past the retry
+horizon). Everyone else, on any host, reads the AdminComments in sacct: one ``sacct`` call for the
+whole period (``gpuperf.report.sacctrows``), their own jobs only unless admin.
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sort", choices=tuple(k for k in clusterstore.SORTS if k != "end"), default="waste",
                    help="largest first by wasted GPU-hours (default), energy or GPU-hours")
     p.add_argument("--limit", type=int, default=50, help="at most this many jobs (0: all; default 50)")
+    p.add_argument("--source", choices=("auto", "store", "sacct"), default="auto",
+                   help="the controller's store or sacct's AdminComments (auto: the store when readable by an admin)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+_ACCT_FLAGS = {"write": " acct-pending", "merge": " acct-pending", "unavailable": " acct-unavailable",
+               "orphan": " never-ended"}
 
 
 def _fmt_rows(rows: list[dict]) -> str:
@@ -50,6 +58,7 @@ def _fmt_rows(rows: list[dict]) -> str:
     for r in rows:
         end = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["end"])) if r["end"] else "-"
         flags = (" imbalanced" if r["imbalanced"] else "") + (" partial" if r["partial"] else "")
+        flags += _ACCT_FLAGS.get(r.get("accounting") or "", "")
         kwh = (r["energy_j"] or 0.0) / 3.6e6
         lines.append(f"{r['job_id']:>10} {str(r['user'] or '?')[:12]:<12} {end:<16} {r['gpus'] or 0:>4} "
                      f"{r['gpu_hours'] or 0:>9.2f} {r['wasted_gpu_hours'] or 0:>9.2f} {kwh:>9.2f}  {r['class'] or '?'}{flags}")
@@ -73,15 +82,43 @@ def run(args: argparse.Namespace) -> int:
             return 1
         user = me
     path = clusterstore.default_path(cfg)
-    try:
-        with clusterstore.ClusterStore(path, readonly=True) as store:
-            rows = store.jobs(since=since, user=user, sort=args.sort, limit=args.limit or None)
-    except (OSError, clusterstore.sqlite3.Error) as e:
-        print(f"gpuperf jobs: cannot read the controller's store {path}: {e}", file=sys.stderr)
-        return 1
+    source = args.source
+    if source == "auto":
+        source = "store" if is_admin(cfg, uid) and os.access(path, os.R_OK) else "sacct"
+    if source == "sacct":
+        rows = _from_sacct(cfg, since, user if user is not None else ("ALL" if is_admin(cfg, uid) else None),
+                           args.sort, args.limit or None)
+        if rows is None:
+            return 1
+    else:
+        try:
+            with clusterstore.ClusterStore(path, readonly=True) as store:
+                rows = store.jobs(since=since, user=user, sort=args.sort, limit=args.limit or None)
+        except (OSError, clusterstore.sqlite3.Error) as e:
+            print(f"gpuperf jobs: cannot read the controller's store {path}: {e}", file=sys.stderr)
+            return 1
     if args.json:
         # one write: json.dump's many small writes cost seconds for 100,000 rows
         sys.stdout.write(json.dumps(rows, separators=(",", ":")) + "\n")
     else:
         sys.stdout.write(_fmt_rows(rows))
     return 0
+
+
+def _from_sacct(cfg, since: float, user: str | None, sort: str, limit: int | None) -> list[dict] | None:
+    """Rows from one sacct call over the period; None (and a message) when sacct fails."""
+    from gpuperf.report import sacctrows
+    from gpuperf.slurm import Slurm, SlurmError
+
+    start = datetime.fromtimestamp(since).strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        lines = Slurm(cfg.general.slurm_bin_dir).sacct_rows(sacctrows.FIELDS, start, user)
+    except SlurmError as e:
+        print(f"gpuperf jobs: sacct failed: {e}", file=sys.stderr)
+        return None
+    rows, without = sacctrows.rows(lines, sort, limit)
+    # the period's start filters on start in sacct; keep the store's meaning (ended since)
+    rows = [r for r in rows if r["end"] is None or r["end"] >= since]
+    if without:
+        print(f"gpuperf jobs: {without} GPU job(s) in the period have no gpuperf AdminComment (yet)", file=sys.stderr)
+    return rows

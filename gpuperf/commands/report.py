@@ -1,6 +1,7 @@
 """``gpuperf report JOBID [--json] [--html FILE]``: a job's efficiency report.
 
-The summary comes from the first source that has it: the node daemon (running jobs, live), the
+Time series (the terminal chart, the HTML page's charts) come from the node's daemon while it still
+holds them, else from the series the nodes sent to the controller with their summaries. The summary comes from the first source that has it: the node daemon (running jobs, live), the
 controller's store, the node daemon's store of finished jobs, and finally the AdminComment in
 sacct, so a report survives the loss of the node. Users read only their own jobs; root and
 ``general.admin_users`` read all.
@@ -71,6 +72,29 @@ def _series(cfg, job_id: int, max_points: int) -> dict | None:
         return client.request(cfg, "series", {"job_id": job_id, "max_points": max_points}).get("series") or None
     except Exception:  # noqa: BLE001 - no daemon or job gone: the page has no charts, says so
         return None
+
+
+def _series_from_controller(cfg, job_id: int, offsets: dict[str, float]) -> dict | None:
+    """The series the job's nodes sent with their summaries, from the controller's store (any host)."""
+    from gpuperf import series as series_mod
+
+    try:
+        with clusterstore.ClusterStore(clusterstore.default_path(cfg), readonly=True) as store:
+            parts = store.node_summaries(job_id)
+    except Exception:  # noqa: BLE001 - no store readable here: the page says it has no series
+        return None
+    out: dict = {}
+    for node, ns in parts.items():
+        got = series_mod.expand(node, ns.get("series"))
+        # a node whose clock was off: its series go onto the controller's clock, as its summary did
+        out.update(series_mod.shifted(got, -offsets[node]) if node in offsets else got)
+    return out or None
+
+
+def job_series(cfg, job_id: int, s: dict, max_points: int) -> dict | None:
+    """The job's per-GPU series: the node's daemon while it still has them, else the controller's store."""
+    return _series(cfg, job_id, max_points) or _series_from_controller(
+        cfg, job_id, (s.get("quality") or {}).get("clock_offsets_s") or {})
 
 
 def _from_controller(cfg, job_id: int) -> dict | None:
@@ -146,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         from gpuperf.report import html
 
         # the node's daemon keeps series of its own GPUs for a while, whatever source had the summary
-        series = _series(cfg, args.job_id, cfg.report.html_max_points)
+        series = job_series(cfg, args.job_id, s, cfg.report.html_max_points)
         if series:
             # the series add evidence (bursts) the summary alone cannot show
             s = dict(s, diagnosis=diagnosis.diagnose(s, series, cfg.report.thresholds).to_dict())
@@ -163,5 +187,10 @@ def run(args: argparse.Namespace) -> int:
 
         width = min(os.get_terminal_size().columns, 130) if sys.stdout.isatty() else 110
         sys.stdout.write(terminal.render(s, width=width, color=sys.stdout.isatty()))
-        print(f"(summary from {found.source})")
+        series = job_series(cfg, args.job_id, s, cfg.report.html_max_points)
+        if series:
+            from gpuperf.report import timechart
+
+            sys.stdout.write("\n" + timechart.render(series, width=width, color=sys.stdout.isatty()))
+        print(f"(summary from {found.source}{'' if series else '; no time series'})")
     return 0

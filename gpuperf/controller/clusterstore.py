@@ -22,7 +22,7 @@ from gpuperf import statefiles
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_summaries (
   job_id INTEGER NOT NULL, node TEXT NOT NULL, received REAL NOT NULL, sender_uid INTEGER,
-  summary BLOB NOT NULL, PRIMARY KEY (job_id, node));
+  summary BLOB NOT NULL, copies INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (job_id, node));
 CREATE TABLE IF NOT EXISTS jobs (
   job_id INTEGER PRIMARY KEY, user TEXT, uid INTEGER, start REAL, end REAL, nodes TEXT,
   gpus INTEGER, gpu_hours REAL, wasted_gpu_hours REAL, energy_j REAL, class TEXT,
@@ -71,7 +71,10 @@ class ClusterStore:
         self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _migrate(self) -> None:
-        """Stores of the first layout (summaries inside ``jobs``): move them to ``job_summaries``."""
+        """Older layouts: summaries inside ``jobs`` move to ``job_summaries``; resends get counted (``copies``)."""
+        ns_cols = [r[1] for r in self.db.execute("PRAGMA table_info(node_summaries)")]
+        if ns_cols and "copies" not in ns_cols:
+            self.db.execute("ALTER TABLE node_summaries ADD COLUMN copies INTEGER NOT NULL DEFAULT 1")
         cols = [r[1] for r in self.db.execute("PRAGMA table_info(jobs)")]
         if "summary" not in cols:
             return
@@ -91,18 +94,29 @@ class ClusterStore:
         self.close()
 
     # node summaries --------------------------------------------------------------------------
-    def put_node_summary(self, summary: dict, sender_uid: int | None = None) -> None:
-        """Keep one node's summary of a job (a resend replaces the earlier one)."""
+    def put_node_summary(self, summary: dict, sender_uid: int | None = None, blob: bytes | None = None,
+                         commit: bool = True) -> None:
+        """Keep one node's summary of a job; a resend replaces the earlier one and is counted.
+
+        ``blob``: the summary as received (zlib JSON), kept as is rather than compressed again."""
         job_id = int(summary["job_id"])
         node = str((summary.get("nodes") or [""])[0])
-        with self.db:
-            self.db.execute("INSERT OR REPLACE INTO node_summaries VALUES (?,?,?,?,?)",
-                            (job_id, node, time.time(), sender_uid, _pack(summary)))
+        self.db.execute(
+            "INSERT INTO node_summaries (job_id, node, received, sender_uid, summary, copies) VALUES (?,?,?,?,?,1) "
+            "ON CONFLICT (job_id, node) DO UPDATE SET received=excluded.received, sender_uid=excluded.sender_uid, "
+            "summary=excluded.summary, copies=copies+1",
+            (job_id, node, time.time(), sender_uid, blob if blob is not None else _pack(summary)))
+        if commit:
+            self.db.commit()
 
     def node_summaries(self, job_id: int) -> dict[str, dict]:
         """node -> summary of every node that reported for a job."""
         rows = self.db.execute("SELECT node, summary FROM node_summaries WHERE job_id=?", (int(job_id),))
         return {node: _unpack(blob) for node, blob in rows}
+
+    def node_copies(self, job_id: int) -> dict[str, int]:
+        """node -> how many times it delivered its summary of a job (more than 1: resent)."""
+        return dict(self.db.execute("SELECT node, copies FROM node_summaries WHERE job_id=?", (int(job_id),)))
 
     # jobs --------------------------------------------------------------------------------------
     def put_job(self, s: dict) -> None:
@@ -143,13 +157,16 @@ class ClusterStore:
         if user is not None:
             where.append("user = ?")
             args.append(user)
+        # the accounting state comes from the service's queue, when this store has one
+        has_queue = self.db.execute("SELECT 1 FROM sqlite_master WHERE name='ended'").fetchone() is not None
+        acct = "(SELECT state FROM ended e WHERE e.job_id=jobs.job_id)" if has_queue else "NULL"
         sql = ("SELECT job_id, user, uid, start, end, nodes, gpus, gpu_hours, wasted_gpu_hours, energy_j, class, "
-               "imbalanced, partial FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+               f"imbalanced, partial, {acct} FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
                + f" ORDER BY {col} DESC, job_id DESC")
         if limit:
             sql += f" LIMIT {int(limit)}"
         names = ("job_id", "user", "uid", "start", "end", "nodes", "gpus", "gpu_hours", "wasted_gpu_hours",
-                 "energy_j", "class", "imbalanced", "partial")
+                 "energy_j", "class", "imbalanced", "partial", "accounting")
         out = []
         for row in self.db.execute(sql, args):
             d = dict(zip(names, row))

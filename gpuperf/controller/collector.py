@@ -1,26 +1,27 @@
-"""The controller's receiver of node summaries: authenticate (munge), validate, store.
+"""The controller's receiver of node summaries: authenticate (munge), validate, store, reply.
 
-``serve(cfg)`` binds a ROUTER socket on ``controller.bind:controller.port`` and keeps every
-authenticated node summary in the cluster store, where ``gpuperf-epilog-slurmctld`` picks them up.
-A summary arriving after its job was merged as partial is merged again. Run it on the
-controller: ``python3 -m gpuperf.controller.collector`` (as root or SlurmUser); ``add_arguments``/``run``
-let ``gpuperf collector`` register it as a subcommand.
+``Collector.run`` is one thread of the controller service (``gpuperf.controller.service``). It binds a
+ROUTER socket on ``controller.bind:controller.port``, reads every message waiting (up to ``BATCH``),
+keeps the good ones in the cluster store in one transaction and only then replies, so an
+acknowledged summary is on disk. It never waits on anything but its socket and the store: merging
+and AdminComment writes happen elsewhere, so a slow or absent accounting database cannot make a
+node's delivery time out. ``late`` hands the service the job ids that arrived, so it can merge a
+node that missed its job's merge again.
 """
 
 from __future__ import annotations
 
 import json
-import signal
-import sys
+import queue
 import threading
 from typing import Any, Callable
 
 import zmq
 
-from gpuperf import config as config_mod
 from gpuperf import log, summary as summary_mod
 from gpuperf.controller import clusterstore, transport
-from gpuperf.fleet import ingest as fleet_ingest
+
+BATCH = 256
 
 
 def validate(s: dict) -> None:
@@ -37,94 +38,87 @@ def validate(s: dict) -> None:
         raise ValueError("gpus must be a list")
 
 
-def handle(frames: list[bytes], store: clusterstore.ClusterStore, allowed: set[int], cfg) -> dict[str, Any]:
-    """One message -> the reply; stores the summary only when authenticated and valid."""
+def check(frames: list[bytes], allowed: set[int], munge_socket: str) -> tuple[dict | None, dict[str, Any]]:
+    """One message -> (summary to store or None, the reply); logs what it rejects."""
     logger = log.get("collector")
     try:
-        sender, s = transport.unpack(frames, allowed, cfg.controller.munge_socket)
+        sender, s = transport.unpack(frames, allowed, munge_socket)
         validate(s)
     except transport.AuthError as e:
         logger.warning("rejected node summary: %s", e)
-        return {"ok": False, "error": f"not authenticated: {e}"}
+        return None, {"ok": False, "error": f"not authenticated: {e}"}
     except ValueError as e:
         logger.warning("rejected malformed node summary: %s", e)
-        return {"ok": False, "error": f"malformed: {e}"}
-    store.put_node_summary(s, sender.uid)
-    logger.info("node summary of job %s from %s (uid %s)", s["job_id"], s["nodes"][0], sender.uid)
-    _remerge_if_late(store, s, cfg)
-    fleet_ingest.on_node_summary(cfg, s)
-    return {"ok": True, "job_id": s["job_id"], "node": s["nodes"][0]}
+        return None, {"ok": False, "error": f"malformed: {e}"}
+    s["_sender_uid"] = sender.uid
+    return s, {"ok": True, "job_id": s["job_id"], "node": s["nodes"][0]}
 
 
-def _remerge_if_late(store: clusterstore.ClusterStore, s: dict, cfg) -> None:
-    """A node that missed the merge: merge again so the stored summary includes it."""
-    merged = store.job(s["job_id"])
-    if not merged or s["nodes"][0] not in (merged.get("quality") or {}).get("nodes_missing", []):
-        return
-    from gpuperf.controller import merge as merge_step
+class Collector:
+    """The ingestion thread: socket -> store, nothing else."""
 
-    merge_step.finish(cfg, store, int(s["job_id"]), merged["quality"]["nodes_expected"],
-                      {"user": merged.get("user"), "uid": merged.get("uid")}, late=True)
+    def __init__(self, cfg, store_path: str, late: "queue.Queue[int] | None" = None):
+        self.cfg, self.store_path, self.late = cfg, store_path, late
+        self.allowed = transport.allowed_uids(cfg)
+        self.received = 0
 
+    def run(self, stop: threading.Event, on_ready: Callable[[str], None] | None = None) -> None:
+        """Receive node summaries until ``stop`` is set."""
+        logger = log.get("collector")
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        # bound before any parsing: a peer cannot make the collector buffer more than this
+        sock.setsockopt(zmq.MAXMSGSIZE, transport.MAX_BODY_BYTES + 65536)
+        endpoint = f"tcp://{self.cfg.controller.bind}:{self.cfg.controller.port}"
+        sock.bind(endpoint)
+        store = clusterstore.ClusterStore(self.store_path)
+        logger.info("collector listening on %s, store %s, senders uid %s", endpoint, store.path, sorted(self.allowed))
+        if on_ready:
+            on_ready(endpoint)
+        try:
+            while not stop.is_set():
+                if sock.poll(200):
+                    self._batch(sock, store)
+        finally:
+            sock.close()
+            store.close()
 
-def serve(cfg, stop: threading.Event | None = None, on_ready: Callable[[str], None] | None = None) -> None:
-    """Receive node summaries until ``stop`` is set (or forever)."""
-    logger = log.get("collector")
-    ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    # bound before any parsing: a peer cannot make the collector buffer more than this
-    sock.setsockopt(zmq.MAXMSGSIZE, transport.MAX_BODY_BYTES + 65536)
-    endpoint = f"tcp://{cfg.controller.bind}:{cfg.controller.port}"
-    sock.bind(endpoint)
-    store = clusterstore.ClusterStore(clusterstore.default_path(cfg))
-    allowed = transport.allowed_uids(cfg)
-    logger.info("collector listening on %s, store %s, senders uid %s", endpoint, store.path, sorted(allowed))
-    if on_ready:
-        on_ready(endpoint)
-    try:
-        while stop is None or not stop.is_set():
-            if not sock.poll(200):
-                continue
-            msg = sock.recv_multipart()
+    def _batch(self, sock: zmq.Socket, store: clusterstore.ClusterStore) -> None:
+        """Everything waiting (up to BATCH): store the good ones in one transaction, then reply to all."""
+        replies: list[tuple[bytes, dict]] = []
+        stored: list[int] = []
+        while len(replies) < BATCH:
+            try:
+                msg = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
             # ROUTER framing from a REQ peer: identity, empty delimiter, then the message
             if len(msg) < 2 or msg[1] != b"":
                 continue
             ident, frames = msg[0], msg[2:]
             try:
-                reply = handle(frames, store, allowed, cfg)
+                s, reply = check(frames, self.allowed, self.cfg.controller.munge_socket)
+                if s is not None:
+                    uid = s.pop("_sender_uid")
+                    # the body as received is already the compressed JSON the store keeps
+                    store.put_node_summary(s, uid, blob=frames[2], commit=False)
+                    stored.append(s["job_id"])
             except Exception as e:  # noqa: BLE001 - one bad message must not stop the collector
-                logger.error("node summary failed: %s: %s", type(e).__name__, e)
+                log.get("collector").error("node summary failed: %s: %s", type(e).__name__, e)
                 reply = {"ok": False, "error": f"internal error: {type(e).__name__}"}
+            replies.append((ident, reply))
+        if stored:
+            try:
+                store.db.commit()
+            except Exception as e:  # noqa: BLE001 - not on disk: no node may believe it was kept
+                store.db.rollback()
+                log.get("collector").error("store commit failed: %s", e)
+                replies = [(i, {"ok": False, "error": f"store: {e}"} if r.get("ok") else r) for i, r in replies]
+                stored = []
+        for ident, reply in replies:
             sock.send_multipart([ident, b"", json.dumps(reply).encode()])
-    finally:
-        sock.close()
-        store.close()
-
-
-def add_arguments(p) -> None:
-    """Arguments of ``gpuperf collector`` (none: everything is in ``[controller]``)."""
-
-
-def run(args=None) -> int:
-    """``gpuperf collector``: the same as main()."""
-    return main()
-
-
-def main() -> int:
-    """Entry point: run the collector with the node's config until SIGTERM/SIGINT."""
-    try:
-        cfg = config_mod.load()
-    except config_mod.ConfigError as e:
-        print(f"gpuperf collector: {e}", file=sys.stderr)
-        return 2
-    log.setup("collector", cfg.general.log_file, cfg.general.log_level, stderr=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    serve(cfg, stop)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        self.received += len(stored)
+        if self.late is not None:
+            for j in stored:
+                self.late.put(j)

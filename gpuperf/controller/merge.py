@@ -1,182 +1,89 @@
-"""EpilogSlurmctld step: merge the job's node summaries, write the AdminComment, store the job.
+"""One job's node summaries -> its merged summary, with what happened on the way said in it.
 
-Waits at most ``controller.merge_wait_s`` for a summary from every node of the job's nodelist
-(the collector puts them in the cluster store); nodes still missing then make the summary
-partial and are named in it. The AdminComment goes through ``sacctmgr`` because scontrol
-refuses finished jobs (FACTS.md); the job reaches the database a little after it ends, so the
-write is retried for ``controller.admin_comment_wait_s``.
+The controller service calls ``merge_job`` when every node of the job reported or
+``controller.merge_wait_s`` passed since slurmctld reported the job ended; nodes still missing make
+the summary partial and are named. Besides ``summary.merge`` this says, in ``quality.reasons``:
 
-Slurm keeps the job COMPLETING, holding its nodes, while EpilogSlurmctld runs (docs/SLURM_NOTES.md),
-so the hook does not wait: it starts a detached worker (``python -m gpuperf.controller.merge``, its own
-session, so slurmctld neither waits for nor kills it) and returns. The worker records what it did in
-``<run_dir>/jobs/<id>/merge.json`` (same shape as a hook record, step ``merge``).
+- a node that delivered its summary more than once (retries after a lost reply: the last is kept);
+- a node whose clock is off from the controller's by more than ``SKEW_S`` (its job end against
+  slurmctld's): its start and end are moved onto the controller's clock before merging, and the
+  offset is kept in ``quality.clock_offsets_s`` so the report moves its time series too;
+- node summaries of a job slurmctld never reported ending (``orphan``): kept, flagged, no AdminComment.
+
+``record`` leaves ``<run_dir>/jobs/<id>/merge.json`` (the shape of a hook record, step ``merge``).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 import time
+from typing import Any
 
-from gpuperf import admincomment, log
+from gpuperf import jobstate, log
 from gpuperf import summary as summary_mod
-from gpuperf.controller import clusterstore
-from gpuperf.slurm import Slurm, SlurmError
 
-POLL_S = 0.25
+SKEW_S = 120.0
+MERGE_RECORD = "merge"
 
 
-def _has_gpus(job: dict[str, str]) -> bool | None:
-    """Whether slurmctld's record of the job allocated GPUs (None when it no longer knows the job)."""
-    if not job:
+def clock_offset(s: dict, ctld_end: float | None) -> float | None:
+    """Seconds the node's clock is ahead of the controller's (judged at the job's end), None when unknown."""
+    end = s.get("end")
+    if ctld_end is None or not isinstance(end, (int, float)):
         return None
-    tres = job.get("AllocTRES") or job.get("TRES") or ""
-    return "gres/gpu" in tres or job.get("Gres", "") not in ("", "(null)")
+    return float(end) - ctld_end
 
 
-def collector_listening(cfg, timeout_s: float = 0.5) -> bool:
-    """Whether the collector accepts connections on this controller (when it does not, nothing can arrive)."""
-    host = cfg.controller.bind if cfg.controller.bind not in ("", "0.0.0.0", "*", "::") else "127.0.0.1"
-    try:
-        with socket.create_connection((host, cfg.controller.port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
+def _on_controller_clock(s: dict, offset: float) -> dict:
+    s = dict(s)
+    for k in ("start", "end"):
+        if isinstance(s.get(k), (int, float)):
+            s[k] = s[k] - offset
+    return s
 
 
-def wait_for_nodes(store: clusterstore.ClusterStore, job_id: int, nodes: list[str], wait_s: float) -> dict[str, dict]:
-    """The node summaries present when all nodes reported or ``wait_s`` passed, whichever is first."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = store.node_summaries(job_id)
-        if nodes and all(n in found for n in nodes):
-            return found
-        if time.monotonic() >= deadline:
-            return found
-        time.sleep(POLL_S)
-
-
-def write_admin_comment(cfg, job_id: int, text: str) -> bool:
-    """Write the AdminComment with sacctmgr, retrying until sacct shows it; False if it never did."""
-    slurm = Slurm(cfg.general.slurm_bin_dir)
-    deadline = time.monotonic() + cfg.controller.admin_comment_wait_s
-    last = ""
-    while True:
-        try:
-            slurm.set_admin_comment_db(job_id, text)
-            if slurm.admin_comment(job_id).strip().lower() == text.lower():
-                return True
-            last = "sacct does not show it yet (job not in the database)"
-        except SlurmError as e:
-            last = str(e)
-        if time.monotonic() >= deadline:
-            log.get("merge").warning("job %s: AdminComment not written: %s", job_id, last)
-            return False
-        time.sleep(1.0)
-
-
-def finish(cfg, store: clusterstore.ClusterStore, job_id: int, expected: list[str], ident: dict,
-           late: bool = False) -> dict:
-    """Merge what the store holds for a job, store it and write its AdminComment; the merged summary."""
-    parts = store.node_summaries(job_id)
-    merged = summary_mod.merge(list(parts.values()), expected, thresholds=cfg.report.thresholds)
-    merged["job_id"] = job_id
+def merge_job(parts: dict[str, dict], expected: list[str], ident: dict[str, Any], ctld_end: float | None,
+              copies: dict[str, int] | None = None, thresholds: dict | None = None, orphan_after_s: float | None = None,
+              late: bool = False) -> dict:
+    """The merged summary of one job (pure): parts are node -> node summary as stored."""
+    notes: list[str] = []
+    offsets: dict[str, float] = {}
+    fixed = []
+    for node, s in sorted(parts.items()):
+        off = clock_offset(s, ctld_end)
+        if off is not None and abs(off) > SKEW_S:
+            offsets[node] = round(off, 1)
+            notes.append(f"{node}: clock {abs(off):.0f} s {'ahead of' if off > 0 else 'behind'} the controller's "
+                         f"(job end by its clock vs slurmctld's); its times are moved onto the controller's clock")
+            s = _on_controller_clock(s, off)
+        fixed.append(s)
+    for node, n in sorted((copies or {}).items()):
+        if n > 1:
+            notes.append(f"{node}: delivered its summary {n} times (a resend after a lost reply); the last one is kept")
+    merged = summary_mod.merge(fixed, expected, thresholds=thresholds)
+    merged["job_id"] = int(ident["job_id"])
     # slurmctld's word on the owner wins over the nodes' (reports are shown to this uid only)
     for k in ("user", "uid"):
         if ident.get(k) is not None:
             merged[k] = ident[k]
+    q = merged["quality"]
+    if orphan_after_s is not None:
+        notes.append(f"slurmctld never reported this job ending (no EpilogSlurmctld notice {orphan_after_s:.0f} s "
+                     "after its last node summary): it may never have run here; no AdminComment written")
+        q["orphan"] = True
+    if notes:
+        q["reasons"] = list(q.get("reasons") or []) + notes
+    if offsets:
+        q["clock_offsets_s"] = offsets
     if late:
-        merged["quality"]["remerged"] = True
-    store.put_job(merged)
-    if cfg.report.admin_comment:
-        write_admin_comment(cfg, job_id, admincomment.encode(merged))
+        q["remerged"] = True
     return merged
 
 
-def run_merge(cfg, job_id: int, nodes: list[str], ident: dict) -> dict:
-    """Wait for the nodes (bounded), merge, store, write the AdminComment; what happened."""
-    t0 = time.monotonic()
-    with clusterstore.ClusterStore(clusterstore.default_path(cfg)) as store:
-        # without a collector no summary can arrive: merge at once rather than wait for nothing
-        wait_s = cfg.controller.merge_wait_s if collector_listening(cfg) else 0.0
-        if wait_s == 0.0:
-            log.get("merge").warning("job %s: no collector on port %s; merging without waiting",
-                                     job_id, cfg.controller.port)
-        found = wait_for_nodes(store, job_id, nodes, wait_s)
-        merged = finish(cfg, store, job_id, nodes, ident)
-    return {"nodes": nodes, "reported": sorted(found), "waited_s": round(time.monotonic() - t0, 2),
-            "partial": merged["quality"]["partial"], "class": merged["diagnosis"]["class"]}
-
-
-MERGE_RECORD = "merge"
-
-
-def _spawn_worker(job_id: int, nodes: list[str], ident: dict) -> int | None:
-    """Start the detached merge worker; its pid, or None when it could not start."""
-    arg = json.dumps({"job_id": job_id, "nodes": nodes, "ident": ident})
+def record(run_dir: str, job_id: int, data: dict[str, Any], started: float) -> None:
+    """Leave merge.json for the job (what was merged and how long after the job's end); never raises."""
+    rec = {"context": {"hook": MERGE_RECORD, "job_id": job_id}, "started": started,
+           "data": {"merge": data}, "steps": {"merge": {"ok": True, "ms": round((time.time() - started) * 1000, 3)}}}
     try:
-        p = subprocess.Popen([sys.executable, "-m", "gpuperf.controller.merge", arg], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                             close_fds=True)  # slurmctld must not wait on its pipes
+        jobstate.write_json(jobstate.job_dir(run_dir, job_id) / f"{MERGE_RECORD}.json", rec)
     except OSError as e:
-        log.get("merge").warning("job %s: merge worker not started (%s): merging in the hook", job_id, e.strerror)
-        return None
-    return p.pid
-
-
-def step(ctx, cfg, state) -> None:
-    """The EpilogSlurmctld step (runs as SlurmUser on the controller): hand the merge to a worker."""
-    if ctx.job_id is None:
-        return
-    slurm = Slurm(cfg.general.slurm_bin_dir)
-    has_gpus = _has_gpus(slurm.show_job(ctx.job_id))
-    if has_gpus is False:
-        state.data["merge"] = {"skipped": "job allocated no GPUs"}
-        return
-    nodes = slurm.hostnames(ctx.nodelist) if ctx.nodelist else []
-    ident = {"user": ctx.user, "uid": ctx.uid}
-    pid = _spawn_worker(ctx.job_id, nodes, ident)
-    if pid is not None:
-        state.data["merge"] = {"deferred": f"{MERGE_RECORD}.json", "worker_pid": pid, "nodes": nodes}
-        return
-    state.data["merge"] = run_merge(cfg, ctx.job_id, nodes, ident)
-
-
-def _worker(arg: str) -> int:
-    """The detached worker: merge one job and leave ``merge.json``; never raises."""
-    from gpuperf import config, jobstate
-
-    cfg = config.load_or_defaults()
-    logger = log.setup("merge", cfg.general.log_file, cfg.general.log_level, stderr=False)
-    started = time.time()
-    t0 = time.perf_counter()
-    try:
-        req = json.loads(arg)
-        job_id, nodes, ident = int(req["job_id"]), [str(n) for n in req["nodes"]], dict(req["ident"])
-    except (ValueError, KeyError, TypeError) as e:
-        logger.error("merge worker: bad argument %r: %s", arg[:200], e)
-        return 2
-    rec: dict = {"context": {"hook": MERGE_RECORD, "job_id": job_id, "pid": os.getpid()}, "started": started}
-    try:
-        rec["data"] = {"merge": run_merge(cfg, job_id, nodes, ident)}
-        rec["steps"] = {"merge": {"ok": True}}
-    except Exception as e:  # noqa: BLE001 - recorded and logged; the job is long gone
-        rec["data"] = {"merge": {"error": f"{type(e).__name__}: {e}"}}
-        rec["steps"] = {"merge": {"ok": False, "error": f"{type(e).__name__}: {e}"}}
-        logger.error("job %s: merge failed: %s: %s", job_id, type(e).__name__, e)
-    rec["steps"]["merge"]["ms"] = round((time.perf_counter() - t0) * 1000, 3)
-    try:
-        jobstate.write_json(jobstate.job_dir(cfg.general.run_dir, job_id) / f"{MERGE_RECORD}.json", rec)
-    except OSError as e:
-        logger.warning("job %s: cannot record the merge: %s", job_id, e.strerror)
-    return 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: python -m gpuperf.controller.merge JSON   (started by gpuperf-epilog-slurmctld)", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(_worker(sys.argv[1]))
+        log.get("controller").warning("job %s: cannot record the merge: %s", job_id, e.strerror)

@@ -79,6 +79,8 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
         ctx.setdefault("job_dir", str(d))
         ctx.setdefault("probe", fleet_probe.load(cfg.general.state_dir))   # latest active-probe figures, if any
         summary = node_summary(aggregates, ctx)
+        if isinstance(context.get("controller_series"), dict):
+            summary["series"] = context["controller_series"]  # gpuperf.series.v1: the controller charts from it
         jobstate.write_json(d / "node_summary.json", summary)
         out["summary"] = str(d / "node_summary.json")
     except Exception as e:  # noqa: BLE001 - a summary bug must not lose the aggregates written above

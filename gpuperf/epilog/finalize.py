@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from gpuperf import jobstate, log
+from gpuperf import series as series_mod
 from gpuperf.daemon import client, deliver
 
 
@@ -18,6 +19,19 @@ def context_of(ctx: Any, cfg: Any) -> dict[str, Any]:
     """What the node summary needs besides the aggregates."""
     return {"job_id": ctx.job_id, "user": ctx.user, "uid": ctx.uid, "node": ctx.node,
             "exit_code": ctx.exit_code, "job_dir": str(jobstate.job_dir(cfg.general.run_dir, ctx.job_id))}
+
+
+def job_series(cfg: Any, job_id: int) -> dict | None:
+    """The job's bounded per-GPU series from the daemon's store (gpuperf.series.v1), None when none."""
+    points = cfg.controller.series_points
+    if points <= 0:
+        return None
+    try:
+        got = client.request(cfg, "series", {"job_id": job_id, "max_points": points}).get("series")
+    except Exception as e:  # noqa: BLE001 - no series makes the report chartless on the controller, nothing worse
+        log.get("epilog").info("job %s: no series for the controller: %s", job_id, e)
+        return None
+    return series_mod.compact(got or {}, points)
 
 
 def step(ctx: Any, cfg: Any, state: Any) -> None:
@@ -39,5 +53,6 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
         return
     if isinstance(reply.get("series"), dict):
         context["series"] = reply["series"]        # coarse series: the diagnosis's phases
+    context["controller_series"] = job_series(cfg, ctx.job_id)  # gpuperf.series.v1, for the controller
     done = deliver.deliver(cfg, reply["aggregates"], context)
     state.data["finalize"] = {"ok": True, **done}

@@ -1,0 +1,151 @@
+"""The controller service's durable queue: ended jobs waiting to be merged, then to be written to sacct.
+
+One row per job in the cluster store's ``ended`` table; it survives a kill -9 of the service, which
+picks up where it was. States:
+
+- ``merge``: slurmctld reported the job ended; waiting until every node reported or ``merge_wait_s``;
+- ``write``: merged; its AdminComment (``comment``) waits for a writer, no earlier than ``next_try``;
+- ``done``: sacct shows the AdminComment; ``unavailable``: the retry horizon passed first;
+- ``skipped``: nothing to write (no GPUs, AdminComments off); ``orphan``: node summaries for a job
+  slurmctld never reported ending (merged and stored, nothing written).
+
+Decisions (backoff, what is due) are pure functions; the class is the SQL at the edge.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from dataclasses import dataclass
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS ended (
+  job_id INTEGER PRIMARY KEY, nodes TEXT NOT NULL, user TEXT, uid INTEGER, ended REAL NOT NULL,
+  state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_try REAL, last_error TEXT,
+  comment BLOB, written REAL, notes TEXT);
+CREATE INDEX IF NOT EXISTS ended_state_next ON ended (state, next_try);
+"""
+
+OPEN_STATES = ("merge", "write")
+FINAL_STATES = ("done", "unavailable", "skipped", "orphan")
+
+
+def backoff_s(attempts: int, cap_s: float, job_id: int = 0) -> float:
+    """Pause before the next try of one job: 1, 2, 4 ... s up to ``cap_s``, spread by job id (no herd)."""
+    base = min(2.0 ** max(attempts - 1, 0), cap_s)
+    return min(cap_s, base * (1.0 + (job_id % 7) / 20.0))
+
+
+def after_failure(attempts: int, ended: float, now: float, horizon_s: float, cap_s: float, job_id: int) -> tuple[str, float | None]:
+    """(state, next_try) after a failed write: retry later, or 'unavailable' once the horizon passed."""
+    if now - ended >= horizon_s:
+        return "unavailable", None
+    return "write", now + backoff_s(attempts, cap_s, job_id)
+
+
+@dataclass
+class Ended:
+    """One row of the queue."""
+
+    job_id: int
+    nodes: list[str]
+    user: str | None
+    uid: int | None
+    ended: float
+    state: str
+    attempts: int = 0
+    notes: list[str] | None = None
+
+
+class JobQueue:
+    """The ``ended`` table on a store's connection (the caller owns the connection and its thread)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+        db.executescript(SCHEMA)
+
+    def add(self, job_id: int, nodes: list[str], user: str | None, uid: int | None, ended: float,
+            state: str = "merge", notes: list[str] | None = None) -> bool:
+        """Queue an ended job; False when already queued for this end (a notice seen twice)."""
+        row = self.db.execute("SELECT ended, state FROM ended WHERE job_id=?", (job_id,)).fetchone()
+        # a requeued job ends again under the same id: the later end replaces the earlier; slurmctld's
+        # notice of a job flagged orphan (it came late) makes it an ordinary job again
+        if row is not None and ended <= row[0] + 1.0 and not (row[1] == "orphan" and state == "merge"):
+            return False
+        self.db.execute("INSERT OR REPLACE INTO ended (job_id, nodes, user, uid, ended, state, notes) VALUES (?,?,?,?,?,?,?)",
+                        (job_id, json.dumps(nodes), user, uid, ended, state, json.dumps(notes or [])))
+        return True
+
+    def get(self, job_id: int) -> Ended | None:
+        """One job's row, or None."""
+        r = self.db.execute("SELECT job_id, nodes, user, uid, ended, state, attempts, notes FROM ended WHERE job_id=?",
+                            (job_id,)).fetchone()
+        return _ended(r) if r else None
+
+    def state(self, job_id: int) -> tuple[str, str | None] | None:
+        """(state, last error) of a job, or None when it was never queued."""
+        r = self.db.execute("SELECT state, last_error FROM ended WHERE job_id=?", (job_id,)).fetchone()
+        return (r[0], r[1]) if r else None
+
+    def due_merges(self, now: float, merge_wait_s: float, limit: int = 500) -> list[Ended]:
+        """Jobs to merge now: every node reported, or the wait is over."""
+        rows = self.db.execute(
+            "SELECT e.job_id, e.nodes, e.user, e.uid, e.ended, e.state, e.attempts, e.notes, "
+            "(SELECT count(*) FROM node_summaries n WHERE n.job_id=e.job_id) FROM ended e "
+            "WHERE e.state='merge' ORDER BY e.ended LIMIT ?", (limit * 4,)).fetchall()
+        out = []
+        for r in rows:
+            e = _ended(r[:8])
+            if r[8] >= max(len(e.nodes), 1) or now >= e.ended + merge_wait_s:
+                out.append(e)
+            if len(out) >= limit:
+                break
+        return out
+
+    def set_merged(self, job_id: int, comment: str | None, state: str, now: float) -> None:
+        """The job is merged: its comment waits for a writer (state 'write'), or nothing is written."""
+        blob = zlib.compress(comment.encode()) if comment is not None else None
+        self.db.execute("UPDATE ended SET state=?, comment=?, next_try=? WHERE job_id=?", (state, blob, now, job_id))
+
+    def due_writes(self, now: float, limit: int, exclude: set[int] = frozenset()) -> list[tuple[int, str]]:
+        """(job id, AdminComment) of jobs whose next try is due, oldest first, not already in flight."""
+        rows = self.db.execute("SELECT job_id, comment FROM ended WHERE state='write' AND next_try<=? "
+                               "ORDER BY next_try LIMIT ?", (now, limit + len(exclude))).fetchall()
+        return [(j, zlib.decompress(c).decode()) for j, c in rows if j not in exclude][:limit]
+
+    def set_written(self, job_id: int, now: float) -> None:
+        """sacct shows the job's AdminComment."""
+        # only a job still waiting for this write: one merged again meanwhile gets its new comment written
+        self.db.execute("UPDATE ended SET state='done', written=?, attempts=attempts+1, last_error=NULL "
+                        "WHERE job_id=? AND state='write'",
+                        (now, job_id))
+
+    def set_failed(self, job_id: int, error: str, now: float, horizon_s: float, cap_s: float) -> str:
+        """A failed try: back off, or give up past the horizon; the new state."""
+        r = self.db.execute("SELECT attempts, ended FROM ended WHERE job_id=? AND state='write'", (job_id,)).fetchone()
+        if r is None:
+            return "gone"
+        attempts = r[0] + 1
+        state, next_try = after_failure(attempts, r[1], now, horizon_s, cap_s, job_id)
+        self.db.execute("UPDATE ended SET state=?, attempts=?, next_try=?, last_error=? WHERE job_id=?",
+                        (state, attempts, next_try, error[:500], job_id))
+        return state
+
+    def orphans(self, now: float, after_s: float, limit: int = 500) -> list[tuple[int, list[str]]]:
+        """(job id, nodes) with node summaries older than ``after_s`` that slurmctld never reported ending."""
+        rows = self.db.execute(
+            "SELECT n.job_id, group_concat(n.node) FROM node_summaries n LEFT JOIN ended e ON e.job_id=n.job_id "
+            "WHERE e.job_id IS NULL GROUP BY n.job_id HAVING max(n.received) < ? LIMIT ?",
+            (now - after_s, limit)).fetchall()
+        return [(j, sorted(nodes.split(","))) for j, nodes in rows]
+
+    def counts(self) -> dict[str, int]:
+        """Jobs per state (for the service's log line and the benchmarks)."""
+        return dict(self.db.execute("SELECT state, count(*) FROM ended GROUP BY state").fetchall())
+
+
+def _ended(r: tuple) -> Ended:
+    return Ended(job_id=r[0], nodes=json.loads(r[1]), user=r[2], uid=r[3], ended=r[4], state=r[5], attempts=r[6],
+                 notes=json.loads(r[7]) if r[7] else [])
+

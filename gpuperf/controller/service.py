@@ -1,0 +1,255 @@
+"""The controller service (``gpuperf daemon --controller``): node summaries in, AdminComments out.
+
+Three kinds of thread, none waiting on another:
+
+- the collector (``collector.Collector``) takes node summaries off its socket into the store and
+  replies; it never touches the accounting database, so nodes deliver as fast while it is down;
+- the scheduler (this module's loop, every ``TICK_S``) reads job-end notices into the durable queue
+  (``queue.JobQueue``), merges jobs whose nodes all reported or whose wait is over, flags node
+  summaries of jobs slurmctld never reported ending, and hands due AdminComment batches to
+- ``controller.writers`` writer threads (``accounting.SacctWriter``: one sacctmgr + one sacct per batch);
+  a job whose write fails is retried with its own backoff until ``admin_comment_wait_s`` after its
+  end, then marked ``unavailable``.
+
+Everything the scheduler decides is in the store before it acts, so a kill -9 loses nothing: on
+restart the queue, the notices still in the spool and the nodes' own retries carry on.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import signal
+import sys
+import threading
+import time
+from typing import Callable
+
+from gpuperf import admincomment, config as config_mod, log
+from gpuperf.controller import accounting, clusterstore, merge, notices
+from gpuperf.controller.collector import Collector
+from gpuperf.controller.queue import JobQueue
+
+TICK_S = 0.2
+GPU_CHECK_EVERY_S = 10.0
+STATUS_EVERY_S = 60.0
+
+
+class Service:
+    """The scheduler's state; ``serve`` runs it with the collector and the writers."""
+
+    def __init__(self, cfg, writer: accounting.Writer | None = None, clock: Callable[[], float] = time.time):
+        self.cfg, self.clock = cfg, clock
+        self.path = clusterstore.default_path(cfg)
+        self.store = clusterstore.ClusterStore(self.path)
+        self.queue = JobQueue(self.store.db)
+        self.store.db.commit()
+        self.writer = writer or accounting.SacctWriter(cfg.general.slurm_bin_dir)
+        self.spool = notices.default_dir(cfg)
+        self.late: queue_mod.Queue[int] = queue_mod.Queue()
+        self.work: queue_mod.Queue[list[tuple[int, str]] | None] = queue_mod.Queue()
+        self.results: queue_mod.Queue[dict[int, str | None]] = queue_mod.Queue()
+        self.in_flight: set[int] = set()
+        self.batches_out = 0
+        self.started = clock()
+        self._gpu_check_after: dict[int, float] = {}
+        self.log = log.get("controller")
+
+    # one tick of the scheduler ---------------------------------------------------------------
+    def tick(self) -> None:
+        """Notices -> queue, late nodes, merges, orphans, write results, new write batches; one commit."""
+        now = self.clock()
+        self._take_notices()
+        self._take_late()
+        self._merge_due(now)
+        self._orphans(now)
+        self._take_results(now)
+        self.store.db.commit()
+        self._dispatch(now)
+
+    def _take_notices(self) -> None:
+        got = notices.read(self.spool)
+        for _, n in got:
+            self.queue.add(n.job_id, n.nodes, n.user, n.uid, n.ended)
+        if got:
+            self.store.db.commit()  # queued for good before the files go
+            notices.remove([p for p, _ in got])
+
+    def _take_late(self) -> None:
+        """A node summary for a job already merged without that node: merge the job again."""
+        seen: set[int] = set()
+        while True:
+            try:
+                seen.add(self.late.get_nowait())
+            except queue_mod.Empty:
+                break
+        for j in seen:
+            st = self.queue.state(j)
+            if st is None or st[0] not in ("write", "done", "unavailable"):
+                continue
+            merged = self.store.job(j) or {}
+            if set(self.store.node_copies(j)) - set(merged.get("nodes") or []):
+                self.store.db.execute("UPDATE ended SET state='merge' WHERE job_id=?", (j,))
+
+    def _merge_due(self, now: float) -> None:
+        wait = self.cfg.controller.merge_wait_s
+        # just (re)started: nodes that could not deliver meanwhile are retrying; give them the wait again
+        effective_wait = wait if now >= self.started + wait else float("inf")
+        due = self.queue.due_merges(now, effective_wait)
+        empty = []
+        for e in due:
+            parts = self.store.node_summaries(e.job_id)
+            if not parts:
+                empty.append(e)
+                continue
+            self._merge(e, parts, now)
+        if empty:
+            self._merge_empty(empty, now)
+
+    def _merge_empty(self, jobs: list, now: float) -> None:
+        """No node reported: a job without GPUs is skipped, one with GPUs merged as partial (one sacct call)."""
+        ask = [e for e in jobs if self._gpu_check_after.get(e.job_id, 0.0) <= now]
+        if not ask:
+            return
+        gpus = self.writer.allocated_gpus([e.job_id for e in ask])
+        for e in ask:
+            has = gpus.get(e.job_id)
+            if has is None:
+                if now - e.ended >= self.cfg.controller.admin_comment_wait_s:
+                    self.queue.set_merged(e.job_id, None, "unavailable", now)
+                else:
+                    self._gpu_check_after[e.job_id] = now + GPU_CHECK_EVERY_S
+                continue
+            self._gpu_check_after.pop(e.job_id, None)
+            if not has:
+                self.queue.set_merged(e.job_id, None, "skipped", now)
+            else:
+                self._merge(e, {}, now)
+
+    def _merge(self, e, parts: dict[str, dict], now: float, orphan: bool = False) -> None:
+        merged = merge.merge_job(parts, e.nodes, {"job_id": e.job_id, "user": e.user, "uid": e.uid},
+                                 None if orphan else e.ended, self.store.node_copies(e.job_id),
+                                 thresholds=self.cfg.report.thresholds,
+                                 orphan_after_s=self.cfg.controller.orphan_after_s if orphan else None,
+                                 late=self.store.db.execute("SELECT 1 FROM jobs WHERE job_id=?",
+                                                            (e.job_id,)).fetchone() is not None)
+        self.store.put_job(merged)
+        if orphan:
+            self.queue.set_merged(e.job_id, None, "orphan", now)
+        elif self.cfg.report.admin_comment:
+            self.queue.set_merged(e.job_id, admincomment.encode(merged), "write", now)
+        else:
+            self.queue.set_merged(e.job_id, None, "skipped", now)
+        merge.record(self.cfg.general.run_dir, e.job_id,
+                     {"nodes": e.nodes, "reported": sorted(parts), "waited_s": round(now - e.ended, 2),
+                      "partial": merged["quality"]["partial"], "class": merged["diagnosis"]["class"]}, now)
+
+    def _orphans(self, now: float) -> None:
+        for job_id, nodes in self.queue.orphans(now, self.cfg.controller.orphan_after_s):
+            parts = self.store.node_summaries(job_id)
+            first = next(iter(parts.values()), {})
+            self.queue.add(job_id, nodes, first.get("user"), first.get("uid"), now, state="merge")
+            e = self.queue.get(job_id)
+            if e is not None:
+                self._merge(e, parts, now, orphan=True)
+                self.log.warning("job %s: node summaries from %s but slurmctld never reported it ending",
+                                 job_id, ",".join(nodes))
+
+    def _take_results(self, now: float) -> None:
+        c = self.cfg.controller
+        while True:
+            try:
+                res = self.results.get_nowait()
+            except queue_mod.Empty:
+                break
+            self.batches_out -= 1
+            for job_id, err in res.items():
+                self.in_flight.discard(job_id)
+                if err is None:
+                    self.queue.set_written(job_id, now)
+                elif self.queue.set_failed(job_id, err, now, c.admin_comment_wait_s, c.retry_max_s) == "unavailable":
+                    self.log.warning("job %s: AdminComment not written within %.0f s of its end (%s): "
+                                     "accounting unavailable", job_id, c.admin_comment_wait_s, err)
+
+    def _dispatch(self, now: float) -> None:
+        c = self.cfg.controller
+        while self.batches_out < c.writers:
+            items = self.queue.due_writes(now, c.write_batch, exclude=self.in_flight)
+            if not items:
+                return
+            self.in_flight.update(j for j, _ in items)
+            self.batches_out += 1
+            self.work.put(items)
+
+    # threads ------------------------------------------------------------------------------
+    def _writer_loop(self) -> None:
+        while True:
+            items = self.work.get()
+            if items is None:
+                return
+            try:
+                res = self.writer.write(items)
+            except Exception as e:  # noqa: BLE001 - a writer bug must not lose the batch: retried with backoff
+                res = {j: f"writer: {type(e).__name__}: {e}" for j, _ in items}
+            self.results.put(res)
+
+    def serve(self, stop: threading.Event, on_ready: Callable[[str], None] | None = None) -> None:
+        """Run the collector, the writers and the scheduler until ``stop`` is set."""
+        collector = Collector(self.cfg, self.path, self.late)
+        ready = threading.Event()
+        endpoint: list[str] = []
+
+        def _ready(ep: str) -> None:
+            endpoint.append(ep)
+            ready.set()
+
+        threads = [threading.Thread(target=collector.run, args=(stop, _ready), name="collector", daemon=True)]
+        threads += [threading.Thread(target=self._writer_loop, name=f"writer-{i}", daemon=True)
+                    for i in range(self.cfg.controller.writers)]
+        for t in threads:
+            t.start()
+        ready.wait(10)
+        self.log.info("controller service: spool %s, %d writers, batches of %d", self.spool,
+                      self.cfg.controller.writers, self.cfg.controller.write_batch)
+        if on_ready and endpoint:
+            on_ready(endpoint[0])
+        last_status = time.monotonic()
+        try:
+            while not stop.is_set():
+                try:
+                    self.tick()
+                except Exception as e:  # noqa: BLE001 - the next tick retries; nothing is lost from the store
+                    self.log.error("scheduler tick failed: %s: %s", type(e).__name__, e)
+                    self.store.db.rollback()
+                if time.monotonic() - last_status >= STATUS_EVERY_S:
+                    last_status = time.monotonic()
+                    self.log.info("controller: %s, %d summaries received", self.queue.counts(), collector.received)
+                stop.wait(TICK_S)
+        finally:
+            for _ in range(self.cfg.controller.writers):
+                self.work.put(None)
+            self.store.close()
+
+
+def serve(cfg, stop: threading.Event, on_ready: Callable[[str], None] | None = None,
+          writer: accounting.Writer | None = None) -> None:
+    """Run the controller service until ``stop`` is set."""
+    Service(cfg, writer).serve(stop, on_ready)
+
+
+def main() -> int:
+    """``python -m gpuperf.controller.service``: the service with the config's settings, until SIGTERM/SIGINT."""
+    try:
+        cfg = config_mod.load()
+    except config_mod.ConfigError as e:
+        print(f"gpuperf controller: {e}", file=sys.stderr)
+        return 2
+    log.setup("controller", cfg.general.log_file, cfg.general.log_level, stderr=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    serve(cfg, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
