@@ -12,7 +12,7 @@ import pytest
 import zmq
 
 from gpuperf import config, summary
-from gpuperf.controller import clusterstore, collector, transport
+from gpuperf.controller import accounting, clusterstore, service, transport
 from report_fixtures import aggregates, context
 
 try:
@@ -45,7 +45,8 @@ def controller(munge, tmp_path):
     cfg = config.parse(f'[general]\nstate_dir = "{tmp_path}"\nlog_file = ""\n'
                        f'[controller]\naddress = "127.0.0.1"\nport = {port}\nbind = "127.0.0.1"\n[report]\nadmin_comment = false\n')
     stop, ready = threading.Event(), threading.Event()
-    t = threading.Thread(target=collector.serve, args=(cfg, stop, lambda _ep: ready.set()), daemon=True)
+    t = threading.Thread(target=service.serve, args=(cfg, stop, lambda _ep: ready.set(), accounting.StubWriter(0.0)),
+                         daemon=True)
     t.start()
     assert ready.wait(10)
     yield cfg
@@ -130,17 +131,3 @@ def test_unreachable_controller_fails_within_the_bound(munge, tmp_path):
     with pytest.raises(transport.TransportError):
         transport.send_node_summary(cfg, _summary(107), timeout_s=0.3, attempts=2)
     assert time.monotonic() - t0 < 5
-
-
-def test_a_late_node_is_merged_into_the_stored_partial_summary(controller):
-    from gpuperf.controller import merge as merge_step
-
-    n1, n2 = _summary(108, "n1"), _summary(108, "n2")
-    assert transport.send_node_summary(controller, n1)["ok"]
-    with clusterstore.ClusterStore(clusterstore.default_path(controller)) as st:
-        first = merge_step.finish(controller, st, 108, ["n1", "n2"], {"user": "alice", "uid": 1000})
-    assert first["quality"]["nodes_missing"] == ["n2"]
-    assert transport.send_node_summary(controller, n2)["ok"]
-    with clusterstore.ClusterStore(clusterstore.default_path(controller)) as st:
-        again = st.job(108)
-    assert not again["quality"]["partial"] and again["quality"]["remerged"] and again["job"]["gpu_count"] == 4
