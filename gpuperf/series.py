@@ -3,8 +3,8 @@
 The node daemon's store keeps full-resolution samples only for a while and only on that node; the
 controller must chart a job for as long as it keeps the job, without the node. So the epilog asks its
 daemon for the job's series (the ``series`` op, already averaged into at most ``points`` buckets),
-and ``compact`` turns it into a small value: per GPU, time offsets in tenths of a second from ``t0``
-and each metric quantised to an integer in a stated unit (percent, watts, MB/s). ``compact`` also
+and ``compact`` turns it into a small value: time offsets in tenths of a second from ``t0`` (once
+per node when its GPUs share them, as one sweep samples them all), per GPU each metric quantised to an integer in a stated unit (percent, watts, MB/s). ``compact`` also
 bounds the bytes (``MAX_BYTES`` of JSON): it halves the points until the value fits. ``expand``
 gives back the daemon's shape (``{"node:gpu": {"t": [...], field: [...]}}``) that the renderers
 take. Pure functions: no I/O.
@@ -64,6 +64,12 @@ def compact(daemon_series: dict[str, dict[str, list]], points: int = MAX_POINTS,
                 if f in s2:
                     col[f] = [_q(v, div) for v in s2[f]]
             out["gpus"][g] = col
+        # one sweep samples every GPU of a node: their times are usually the same, kept once
+        ts = [c["t"] for c in out["gpus"].values()]
+        if all(t == ts[0] for t in ts):
+            out["t"] = ts[0]
+            for c in out["gpus"].values():
+                del c["t"]
         if len(json.dumps(out, separators=(",", ":"))) <= max_bytes or points <= 8:
             return out
         points //= 2
@@ -76,11 +82,13 @@ def expand(node: str, value: dict | None) -> dict[str, dict[str, list]]:
     t0 = float(value.get("t0") or 0.0)
     units = value.get("units") or {}
     out = {}
+    shared = value.get("t")
     for g, col in (value.get("gpus") or {}).items():
-        if not isinstance(col, dict) or not isinstance(col.get("t"), list):
+        t = col.get("t", shared) if isinstance(col, dict) else None
+        if not isinstance(t, list):
             continue
         ts = float(units.get("t", 0.1))
-        s: dict[str, list] = {"t": [t0 + x * ts for x in col["t"]]}
+        s: dict[str, list] = {"t": [t0 + x * ts for x in t]}
         for f in FIELDS:
             if isinstance(col.get(f), list):
                 div = float(units.get(f, FIELDS[f]))

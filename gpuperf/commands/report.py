@@ -80,12 +80,12 @@ def _series_from_controller(cfg, job_id: int, offsets: dict[str, float]) -> dict
 
     try:
         with clusterstore.ClusterStore(clusterstore.default_path(cfg), readonly=True) as store:
-            parts = store.node_summaries(job_id)
+            parts = store.node_series(job_id)
     except Exception:  # noqa: BLE001 - no store readable here: the page says it has no series
         return None
     out: dict = {}
-    for node, ns in parts.items():
-        got = series_mod.expand(node, ns.get("series"))
+    for node, value in parts.items():
+        got = series_mod.expand(node, value)
         # a node whose clock was off: its series go onto the controller's clock, as its summary did
         out.update(series_mod.shifted(got, -offsets[node]) if node in offsets else got)
     return out or None

@@ -22,7 +22,7 @@ from gpuperf import statefiles
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_summaries (
   job_id INTEGER NOT NULL, node TEXT NOT NULL, received REAL NOT NULL, sender_uid INTEGER,
-  summary BLOB NOT NULL, copies INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (job_id, node));
+  summary BLOB NOT NULL, copies INTEGER NOT NULL DEFAULT 1, series BLOB, PRIMARY KEY (job_id, node));
 CREATE TABLE IF NOT EXISTS jobs (
   job_id INTEGER PRIMARY KEY, user TEXT, uid INTEGER, start REAL, end REAL, nodes TEXT,
   gpus INTEGER, gpu_hours REAL, wasted_gpu_hours REAL, energy_j REAL, class TEXT,
@@ -75,6 +75,8 @@ class ClusterStore:
         ns_cols = [r[1] for r in self.db.execute("PRAGMA table_info(node_summaries)")]
         if ns_cols and "copies" not in ns_cols:
             self.db.execute("ALTER TABLE node_summaries ADD COLUMN copies INTEGER NOT NULL DEFAULT 1")
+        if ns_cols and "series" not in ns_cols:
+            self.db.execute("ALTER TABLE node_summaries ADD COLUMN series BLOB")
         cols = [r[1] for r in self.db.execute("PRAGMA table_info(jobs)")]
         if "summary" not in cols:
             return
@@ -95,23 +97,33 @@ class ClusterStore:
 
     # node summaries --------------------------------------------------------------------------
     def put_node_summary(self, summary: dict, sender_uid: int | None = None, blob: bytes | None = None,
-                         commit: bool = True) -> None:
+                         series: bytes | None = None, commit: bool = True) -> None:
         """Keep one node's summary of a job; a resend replaces the earlier one and is counted.
 
-        ``blob``: the summary as received (zlib JSON), kept as is rather than compressed again."""
+        ``blob``: the summary as received (zlib JSON), kept as is rather than compressed again; its time
+        series are kept apart (``series``, zlib JSON, or split off here) so merges never read them."""
         job_id = int(summary["job_id"])
         node = str((summary.get("nodes") or [""])[0])
+        if "series" in summary:
+            summary = dict(summary)
+            series, blob = _pack(summary.pop("series")), None
         self.db.execute(
-            "INSERT INTO node_summaries (job_id, node, received, sender_uid, summary, copies) VALUES (?,?,?,?,?,1) "
-            "ON CONFLICT (job_id, node) DO UPDATE SET received=excluded.received, sender_uid=excluded.sender_uid, "
-            "summary=excluded.summary, copies=copies+1",
-            (job_id, node, time.time(), sender_uid, blob if blob is not None else _pack(summary)))
+            "INSERT INTO node_summaries (job_id, node, received, sender_uid, summary, copies, series) "
+            "VALUES (?,?,?,?,?,1,?) ON CONFLICT (job_id, node) DO UPDATE SET received=excluded.received, "
+            "sender_uid=excluded.sender_uid, summary=excluded.summary, copies=copies+1, series=excluded.series",
+            (job_id, node, time.time(), sender_uid, blob if blob is not None else _pack(summary), series))
         if commit:
             self.db.commit()
 
     def node_summaries(self, job_id: int) -> dict[str, dict]:
         """node -> summary of every node that reported for a job."""
         rows = self.db.execute("SELECT node, summary FROM node_summaries WHERE job_id=?", (int(job_id),))
+        return {node: _unpack(blob) for node, blob in rows}
+
+    def node_series(self, job_id: int) -> dict[str, dict]:
+        """node -> the gpuperf.series.v1 value it sent with its summary (nodes that sent one)."""
+        rows = self.db.execute("SELECT node, series FROM node_summaries WHERE job_id=? AND series IS NOT NULL",
+                               (int(job_id),))
         return {node: _unpack(blob) for node, blob in rows}
 
     def node_copies(self, job_id: int) -> dict[str, int]:

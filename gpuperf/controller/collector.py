@@ -39,10 +39,12 @@ def validate(s: dict) -> None:
 
 
 def check(frames: list[bytes], allowed: set[int], munge_socket: str) -> tuple[dict | None, dict[str, Any]]:
-    """One message -> (summary to store or None, the reply); logs what it rejects."""
+    """One message -> (summary to store or None, the reply); logs what it rejects.
+
+    The summary comes back with ``_sender_uid`` and ``_series`` (the series frame, unparsed) added."""
     logger = log.get("collector")
     try:
-        sender, s = transport.unpack(frames, allowed, munge_socket)
+        sender, s, series = transport.unpack_message(frames, allowed, munge_socket)
         validate(s)
     except transport.AuthError as e:
         logger.warning("rejected node summary: %s", e)
@@ -51,6 +53,7 @@ def check(frames: list[bytes], allowed: set[int], munge_socket: str) -> tuple[di
         logger.warning("rejected malformed node summary: %s", e)
         return None, {"ok": False, "error": f"malformed: {e}"}
     s["_sender_uid"] = sender.uid
+    s["_series"] = series
     return s, {"ok": True, "job_id": s["job_id"], "node": s["nodes"][0]}
 
 
@@ -100,9 +103,11 @@ class Collector:
             try:
                 s, reply = check(frames, self.allowed, self.cfg.controller.munge_socket)
                 if s is not None:
-                    uid = s.pop("_sender_uid")
-                    # the body as received is already the compressed JSON the store keeps
-                    store.put_node_summary(s, uid, blob=frames[2], commit=False)
+                    uid, series = s.pop("_sender_uid"), s.pop("_series")
+                    # as received, the body and the series frame are already the compressed JSON the store
+                    # keeps; a summary with its series inside (an older node) is split here
+                    blob = frames[2] if "series" not in s else None
+                    store.put_node_summary(s, uid, blob=blob, series=series, commit=False)
                     stored.append(s["job_id"])
             except Exception as e:  # noqa: BLE001 - one bad message must not stop the collector
                 log.get("collector").error("node summary failed: %s: %s", type(e).__name__, e)

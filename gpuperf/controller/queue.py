@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS ended (
   state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_try REAL, last_error TEXT,
   comment BLOB, written REAL, notes TEXT);
 CREATE INDEX IF NOT EXISTS ended_state_next ON ended (state, next_try);
+CREATE INDEX IF NOT EXISTS node_summaries_received ON node_summaries (received);
 """
 
 OPEN_STATES = ("merge", "write")
@@ -132,13 +133,19 @@ class JobQueue:
                         (state, attempts, next_try, error[:500], job_id))
         return state
 
-    def orphans(self, now: float, after_s: float, limit: int = 500) -> list[tuple[int, list[str]]]:
-        """(job id, nodes) with node summaries older than ``after_s`` that slurmctld never reported ending."""
+    def orphans(self, since: float, until: float) -> list[tuple[int, list[str]]]:
+        """(job id, nodes) of node summaries received in [since, until) whose job slurmctld never reported
+        ending and that got no summary after ``until`` (the caller moves the window on: no full scans)."""
         rows = self.db.execute(
             "SELECT n.job_id, group_concat(n.node) FROM node_summaries n LEFT JOIN ended e ON e.job_id=n.job_id "
-            "WHERE e.job_id IS NULL GROUP BY n.job_id HAVING max(n.received) < ? LIMIT ?",
-            (now - after_s, limit)).fetchall()
-        return [(j, sorted(nodes.split(","))) for j, nodes in rows]
+            "WHERE n.received >= ? AND n.received < ? AND e.job_id IS NULL GROUP BY n.job_id",
+            (since, until)).fetchall()
+        out = []
+        for j, nodes in rows:
+            newer = self.db.execute("SELECT 1 FROM node_summaries WHERE job_id=? AND received >= ?", (j, until)).fetchone()
+            if newer is None:
+                out.append((j, sorted(nodes.split(","))))
+        return out
 
     def counts(self) -> dict[str, int]:
         """Jobs per state (for the service's log line and the benchmarks)."""

@@ -32,6 +32,7 @@ from gpuperf.controller.queue import JobQueue
 TICK_S = 0.2
 GPU_CHECK_EVERY_S = 10.0
 STATUS_EVERY_S = 60.0
+ORPHAN_SCAN_S = 1.0
 
 
 class Service:
@@ -52,6 +53,7 @@ class Service:
         self.batches_out = 0
         self.started = clock()
         self._gpu_check_after: dict[int, float] = {}
+        self._orphan_mark = 0.0  # node summaries received before this were looked at for orphans
         self.log = log.get("controller")
 
     # one tick of the scheduler ---------------------------------------------------------------
@@ -144,7 +146,12 @@ class Service:
                       "partial": merged["quality"]["partial"], "class": merged["diagnosis"]["class"]}, now)
 
     def _orphans(self, now: float) -> None:
-        for job_id, nodes in self.queue.orphans(now, self.cfg.controller.orphan_after_s):
+        """Jobs whose summaries came in ``orphan_after_s`` ago without slurmctld's notice (a moving window)."""
+        until = now - self.cfg.controller.orphan_after_s
+        if until - self._orphan_mark < ORPHAN_SCAN_S and self._orphan_mark > 0:
+            return
+        since, self._orphan_mark = self._orphan_mark, until
+        for job_id, nodes in self.queue.orphans(since, until):
             parts = self.store.node_summaries(job_id)
             first = next(iter(parts.values()), {})
             self.queue.add(job_id, nodes, first.get("user"), first.get("uid"), now, state="merge")

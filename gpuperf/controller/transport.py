@@ -1,10 +1,12 @@
 """Node summaries to the controller over pyzmq, authenticated with munge.
 
 A message is three frames: ``gpuperf.node-summary.v1``, a munge credential whose payload is the
-SHA-256 of the body, and the body (zlib-compressed summary JSON). The receiver decodes the
+SHA-256 of the body, and the body (zlib-compressed summary JSON); a fourth, the summary's time series
+(zlib JSON, gpuperf.series.v1), when it has one, and then the payload is both digests, ``body:series``. The receiver decodes the
 credential with ``unmunge`` (munged checks the MAC, the TTL and replays), checks the digest
 against the body and the sender's uid against root and SlurmUser. Anything else is rejected
-before the body is parsed. The munge binaries are called by absolute path (hooks get no PATH).
+before the body is parsed. munged is asked through libmunge (``libmunge``: no process per message);
+where the library is missing the munge binaries are called by absolute path (hooks get no PATH).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import zmq
 
 from gpuperf import log
+from gpuperf.controller import libmunge
 
 KIND = b"gpuperf.node-summary.v1"
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -49,6 +52,11 @@ def _munge_args(binary: str, socket: str) -> list[str]:
 
 def credential(payload: bytes, socket: str = "", timeout_s: float = 5.0) -> bytes:
     """A munge credential carrying ``payload`` (made by munged for this process's uid)."""
+    if libmunge.available():
+        try:
+            return libmunge.encode(payload, socket)
+        except libmunge.MungeError as e:
+            raise TransportError(f"munge failed: {e}") from None
     try:
         p = subprocess.run(_munge_args(MUNGE, socket), input=payload, capture_output=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -70,6 +78,12 @@ def parse_unmunge(out: bytes) -> tuple[dict[str, str], bytes]:
 
 def verify_credential(cred: bytes, socket: str = "", timeout_s: float = 5.0) -> tuple[Sender, bytes]:
     """Decode a credential; AuthError unless munged says it is valid (not forged, expired or replayed)."""
+    if libmunge.available():
+        try:
+            uid, gid, payload = libmunge.decode(cred, socket)
+        except (libmunge.MungeError, ValueError, TypeError) as e:
+            raise AuthError(f"invalid munge credential: {e}") from None
+        return Sender(uid=uid, gid=gid, host=""), payload
     try:
         p = subprocess.run(_munge_args(UNMUNGE, socket) + ["-N"], input=cred, capture_output=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -93,24 +107,43 @@ def allowed_uids(cfg) -> set[int]:
     return uids
 
 
+def _digest(body: bytes, series: bytes | None) -> bytes:
+    d = hashlib.sha256(body).hexdigest().encode()
+    return d + b":" + hashlib.sha256(series).hexdigest().encode() if series is not None else d
+
+
 def pack(summary: dict, socket: str = "") -> list[bytes]:
-    """The frames of one authenticated node-summary message."""
+    """The frames of one authenticated node-summary message.
+
+    A summary's time series (``series``, gpuperf.series.v1) travels in a fourth frame of its own:
+    the controller stores it without parsing it (it is most of the bytes), the credential covers both."""
+    summary = dict(summary)
+    series = summary.pop("series", None)
     body = zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 6)
-    cred = credential(hashlib.sha256(body).hexdigest().encode(), socket)
-    return [KIND, cred, body]
+    extra = zlib.compress(json.dumps(series, separators=(",", ":")).encode(), 6) if series is not None else None
+    cred = credential(_digest(body, extra), socket)
+    return [KIND, cred, body] + ([extra] if extra is not None else [])
 
 
 def unpack(frames: list[bytes], allowed: set[int], socket: str = "") -> tuple[Sender, dict]:
     """Authenticate and decode a message; AuthError for forged/unauthenticated, ValueError for malformed."""
-    if len(frames) != 3 or frames[0] != KIND:
-        raise AuthError("not a gpuperf node-summary message (expected 3 frames: kind, munge credential, body)")
-    _, cred, body = frames
-    if len(body) > MAX_BODY_BYTES:
-        raise ValueError(f"body of {len(body)} bytes exceeds {MAX_BODY_BYTES}")
+    sender, summary, _ = unpack_message(frames, allowed, socket)
+    return sender, summary
+
+
+def unpack_message(frames: list[bytes], allowed: set[int], socket: str = "") -> tuple[Sender, dict, bytes | None]:
+    """Like unpack, and the series frame as received (zlib JSON, not parsed here) or None."""
+    if len(frames) not in (3, 4) or frames[0] != KIND:
+        raise AuthError("not a gpuperf node-summary message (expected 3 or 4 frames: kind, munge credential, body"
+                        "[, series])")
+    cred, body = frames[1], frames[2]
+    series = frames[3] if len(frames) == 4 else None
+    if len(body) + len(series or b"") > MAX_BODY_BYTES:
+        raise ValueError(f"message of {len(body) + len(series or b'')} bytes exceeds {MAX_BODY_BYTES}")
     sender, digest = verify_credential(cred, socket)
     if sender.uid not in allowed:
         raise AuthError(f"sender uid {sender.uid} is not root or SlurmUser")
-    if digest != hashlib.sha256(body).hexdigest().encode():
+    if digest != _digest(body, series):
         raise AuthError("body does not match the credential's digest (tampered or swapped)")
     try:
         summary = json.loads(zlib.decompress(body))
@@ -118,7 +151,7 @@ def unpack(frames: list[bytes], allowed: set[int], socket: str = "") -> tuple[Se
         raise ValueError(f"body is not a compressed summary: {e}") from None
     if not isinstance(summary, dict):
         raise ValueError("body is not a summary object")
-    return sender, summary
+    return sender, summary, series
 
 
 def controller_endpoint(cfg) -> str:

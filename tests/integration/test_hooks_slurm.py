@@ -109,7 +109,6 @@ def test_broken_gpuperf_config_costs_nothing_and_logs_one_line_per_hook(slurm_cl
     # gpuperf-epilog-slurmctld is a shell script that reads only the config's paths (the controller
     # service validates the config when it starts): it has nothing to complain about here
     assert hooks == sorted(["prolog", "taskprolog", "epilog"]), "\n".join(lines)
-    assert c.wait_record(job, "epilog-slurmctld")["steps"]["notify"]["ok"]
     assert all(f"general.{key}" in ln and "unknown key" in ln for ln in lines), "\n".join(lines)
     assert c.node_states()[c.node_names[0]] in ("idle", "mix"), c.node_reason(c.node_names[0])
     assert c.wait_sacct(job, "COMPLETED")["State"] == "COMPLETED"

@@ -1,11 +1,13 @@
 """The controller service with a stub AdminComment writer, as a process (kill -9 tests, load benchmarks).
 
-usage: python controller_stub.py CONFIG LATENCY_S WRITES_LOG [failing]
-Writes go to WRITES_LOG ("time job_id crc32" per line), so they survive the process being killed.
+usage: python controller_stub.py CONFIG LATENCY_S WRITES_LOG [FAIL_FLAG]
+Writes go to WRITES_LOG ("time job_id crc32" per line), so they survive the process being killed;
+every write fails while the file FAIL_FLAG exists (the database is down).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -18,8 +20,18 @@ def main() -> int:
     """Run until SIGTERM."""
     cfg = config.load(sys.argv[1])
     log.setup("controller", cfg.general.log_file, "warning", stderr=True)
-    writer = accounting.StubWriter(float(sys.argv[2]), failing=len(sys.argv) > 4 and sys.argv[4] == "failing",
-                                   per_job=True, log_path=sys.argv[3])
+    flag = sys.argv[4] if len(sys.argv) > 4 else ""
+
+    class FlagWriter(accounting.StubWriter):
+        @property
+        def failing(self) -> bool:
+            return bool(flag) and os.path.exists(flag)
+
+        @failing.setter
+        def failing(self, _v: bool) -> None:
+            pass
+
+    writer = FlagWriter(float(sys.argv[2]), per_job=True, log_path=sys.argv[3])
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     service.serve(cfg, stop, writer=writer)

@@ -124,14 +124,3 @@ def test_a_store_of_the_first_layout_is_migrated(tmp_path):
         assert st.job(5) == s and [r["job_id"] for r in st.jobs()] == [5]
         st.put_job(summary.node_summary(aggregates(job_id=6), context(job_id=6)))
         assert {r["job_id"] for r in st.jobs()} == {5, 6}
-
-
-def test_merge_worker_refuses_a_bad_argument_and_writes_nothing(tmp_path, monkeypatch):
-    from gpuperf.controller import merge
-
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[general]\nrun_dir = "{tmp_path}/run"\nlog_file = ""\n')
-    monkeypatch.setenv("GPUPERF_CONFIG", str(cfg))
-    for bad in ("not json", '{"job_id": "x", "nodes": [], "ident": {}}', '{"nodes": []}'):
-        assert merge._worker(bad) == 2
-    assert not (tmp_path / "run").exists()

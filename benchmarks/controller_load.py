@@ -1,0 +1,256 @@
+"""The controller service under a simulated cluster's job ends, on loopback.
+
+    python benchmarks/controller_load.py --nodes 2000 --jobs 20000 [--rate 50] [--burst 500]
+        [--latency 0.05] [--fail-s 0] [--points 500] [--json OUT]
+
+A real service process (``tests/unit/controller_stub.py``: the service with the AdminComment write
+stubbed at ``--latency`` seconds per job, failing while a flag file exists) receives what a cluster of
+``--nodes`` 8-GPU nodes sends: job ends at ``--rate`` per second (notice files in the spool, as
+gpuperf-epilog-slurmctld leaves them), plus ``--burst`` job ends at once a third of the way in; for
+each job its nodes' summaries (1 node for 70 % of jobs, 2, 4 or 8 for the rest; each with the
+bounded per-GPU series, ``--points`` per metric), munge-authenticated, from 48 sender threads with
+the nodes' 2 s reply timeout and retries. ``--fail-s``: the database is down that long from the start.
+
+Prints: summaries/s taken in during the burst, delivery timeouts, job end -> AdminComment p50/p99,
+lost and duplicated AdminComments, the service's CPU (% of one core) and peak RSS, store bytes per
+100,000 jobs. Load of the machine is printed too: it is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import psutil
+import zmq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+
+from gpuperf import series as series_mod, summary  # noqa: E402
+from gpuperf.controller import transport  # noqa: E402
+from report_fixtures import aggregates, context  # noqa: E402
+
+SENDERS = 48
+REPLY_TIMEOUT_S = 2.0
+
+
+def template(points: int) -> dict:
+    """An 8-GPU node summary with a full series (the largest a node sends)."""
+    s = summary.node_summary(aggregates(job_id=1, node="n1", ngpus=8), context(job_id=1, node="n1"))
+    rng = random.Random(1)
+    t = [1_700_000_000.0 + i * 7.2 for i in range(points)]
+    top = {"power_w": 700.0, "nvlink_tx_bps": 5e10, "nvlink_rx_bps": 5e10}
+
+    def walk() -> list[float]:
+        # GPU metrics move in steps and plateaus, not white noise: a bounded random walk
+        v, out = rng.uniform(0.2, 0.8), []
+        for _ in t:
+            v = min(max(v + rng.gauss(0, 0.05), 0.0), 1.0)
+            out.append(v)
+        return out
+
+    daemon = {str(g): {"t": t, **{f: [x * top.get(f, 100.0) for x in walk()] for f in series_mod.FIELDS}}
+              for g in range(8)}
+    s["series"] = series_mod.compact(daemon, points)
+    return s
+
+
+class Sim:
+    """The load generator and what it measured."""
+
+    def __init__(self, args, cfg_path: Path, spool: Path, tmpl: dict):
+        self.args, self.spool = args, spool
+        self.tmpl = {k: v for k, v in tmpl.items() if k != "series"}
+        # the series frame is opaque to the collector: one compressed copy serves every message
+        self.series = zlib.compress(json.dumps(tmpl["series"], separators=(",", ":")).encode(), 6)
+        self.delivered_at: dict[int, float] = {}
+        self.endpoint = f"tcp://127.0.0.1:{args.port}"
+        self.q: queue.Queue = queue.Queue()
+        self.ended: dict[int, float] = {}
+        self.timeouts = 0
+        self.failed = 0
+        self.delivered = 0
+        self.lock = threading.Lock()
+        self.delivery_s: list[float] = []
+
+    def notice(self, job_id: int, nodes: list[str]) -> None:
+        t = self.spool / f".{job_id}.tmp"
+        t.write_text(f"job_id={job_id}\nnodelist={','.join(nodes)}\nuser=u{job_id % 50}\nuid={1000 + job_id % 50}\n"
+                     "exit_code=0\nend\n")
+        os.rename(t, self.spool / f"{job_id}.ended")
+
+    def body(self, job_id: int, node: str, end: float) -> bytes:
+        s = dict(self.tmpl, job_id=job_id, nodes=[node], start=end - 3600.0, end=end)
+        return zlib.compress(json.dumps(s, separators=(",", ":")).encode(), 6)
+
+    def sender(self) -> None:
+        ctx = zmq.Context.instance()
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            job_id, node, end = item
+            body = self.body(job_id, node, end)
+            t0 = time.monotonic()
+            for _ in range(3):  # as transport.send_node_summary: a fresh socket and credential per attempt
+                cred = transport.credential(transport._digest(body, self.series))
+                sock = ctx.socket(zmq.REQ)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(self.endpoint)
+                sock.send_multipart([transport.KIND, cred, body, self.series])
+                ok = sock.poll(int(REPLY_TIMEOUT_S * 1000))
+                reply = json.loads(sock.recv()) if ok else None
+                sock.close()
+                if ok:
+                    with self.lock:
+                        self.delivered += 1
+                        self.failed += not reply.get("ok")
+                        self.delivery_s.append(time.monotonic() - t0)
+                        self.delivered_at[job_id] = max(self.delivered_at.get(job_id, 0.0), time.time())
+                    break
+                with self.lock:
+                    self.timeouts += 1
+
+    def job_end(self, job_id: int) -> None:
+        n = min(self.args.nodes, random.choice([1] * 7 + [2, 4, 8]))
+        first = random.randrange(self.args.nodes)
+        nodes = [f"n{(first + i) % self.args.nodes:04d}" for i in range(n)]
+        end = time.time()
+        self.ended[job_id] = end
+        self.notice(job_id, nodes)
+        for node in nodes:
+            self.q.put((job_id, node, end))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--jobs", type=int, default=20000)
+    ap.add_argument("--rate", type=float, default=50.0)
+    ap.add_argument("--burst", type=int, default=500)
+    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--fail-s", type=float, default=0.0)
+    ap.add_argument("--points", type=int, default=500)
+    ap.add_argument("--writers", type=int, default=4)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args()
+    random.seed(14)
+    tmp = Path(tempfile.mkdtemp(prefix="gp-ctrl-load-"))
+    if not args.port:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            args.port = s.getsockname()[1]
+    spool = tmp / "state" / "ended"
+    spool.mkdir(parents=True)
+    cfg_path = tmp / "gpuperf.toml"
+    cfg_path.write_text(f'[general]\nstate_dir = "{tmp}/state"\nrun_dir = "{tmp}/run"\nlog_file = "{tmp}/gpuperf.log"\n'
+                        f'[controller]\nport = {args.port}\nbind = "127.0.0.1"\naddress = "127.0.0.1:{args.port}"\n'
+                        f'writers = {args.writers}\nmerge_wait_s = 30.0\nadmin_comment_wait_s = 21600.0\nretry_max_s = 10.0\n')
+    flag = tmp / "db-down"
+    if args.fail_s > 0:
+        flag.touch()
+    log = tmp / "writes.log"
+    proc = subprocess.Popen([sys.executable, os.environ.get("CTRL_STUB", str(ROOT / "tests" / "unit" / "controller_stub.py")), str(cfg_path),
+                             str(args.latency), str(log), str(flag)],
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    time.sleep(2.0)
+    ps = psutil.Process(proc.pid)
+    sim = Sim(args, cfg_path, spool, template(args.points))
+    threads = [threading.Thread(target=sim.sender, daemon=True) for _ in range(SENDERS)]
+    for t in threads:
+        t.start()
+    rss_peak, cpu0, wall0 = 0, ps.cpu_times(), time.monotonic()
+    load0 = os.getloadavg()[0]
+    burst_at = args.jobs // 3
+    burst_rate = None
+    start = time.monotonic()
+    job = 1
+    steady = args.jobs - args.burst
+    i = 0
+    while i < steady:
+        target = start + i / args.rate
+        now = time.monotonic()
+        if now < target:
+            time.sleep(target - now)
+        if args.fail_s and flag.exists() and now - start >= args.fail_s:
+            flag.unlink()
+        sim.job_end(job)
+        job += 1
+        i += 1
+        if i == burst_at:
+            b0, before = time.monotonic(), sim.delivered + sim.q.qsize()
+            for _ in range(args.burst):
+                sim.job_end(job)
+                job += 1
+            burst_n = sim.q.qsize()
+            while sim.q.qsize() > 0:
+                time.sleep(0.01)
+            burst_rate = burst_n / (time.monotonic() - b0)
+            start += time.monotonic() - b0  # the steady rate resumes after the burst
+        if i % 50 == 0:
+            rss_peak = max(rss_peak, ps.memory_info().rss)
+    for _ in threads:
+        sim.q.put(None)
+    for t in threads:
+        t.join(60)
+    if flag.exists():
+        flag.unlink()
+    # wait for every AdminComment (or give up after 10 minutes)
+    deadline = time.monotonic() + 600
+    written: dict[int, list[tuple[float, int]]] = {}
+    while time.monotonic() < deadline:
+        written = {}
+        for line in log.read_text().splitlines() if log.exists() else []:
+            t, j, crc = line.split()
+            written.setdefault(int(j), []).append((float(t), int(crc)))
+        rss_peak = max(rss_peak, ps.memory_info().rss)
+        if len(written) >= len(sim.ended):
+            break
+        time.sleep(0.5)
+    cpu1, wall1 = ps.cpu_times(), time.monotonic()
+    cpu_pct = 100.0 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+    lat = sorted(min(t for t, _ in written[j]) - sim.ended[j] for j in written if j in sim.ended)
+    store = sum(p.stat().st_size for p in (tmp / "state").glob("cluster.sqlite*"))
+    figures = {
+        "nodes": args.nodes, "jobs": len(sim.ended), "rate_per_s": args.rate, "burst": args.burst,
+        "write_latency_s": args.latency, "db_down_s": args.fail_s, "series_points": args.points,
+        "summaries": sim.delivered, "burst_ingest_per_s": round(burst_rate or 0, 1),
+        "delivery_timeouts": sim.timeouts, "refused": sim.failed,
+        "delivery_p99_s": round(statistics.quantiles(sim.delivery_s, n=100)[98], 3) if len(sim.delivery_s) > 100 else None,
+        "lost": len(set(sim.ended) - set(written)),
+        "duplicated": sum(1 for v in written.values() if len({c for _, c in v}) > 1),
+        "rewritten": sum(1 for v in written.values() if len(v) > 1),
+        "end_to_delivered_p50_s": round(statistics.median(sim.delivered_at[j] - sim.ended[j] for j in sim.delivered_at), 2),
+        "end_to_comment_p50_s": round(lat[len(lat) // 2], 2) if lat else None,
+        "end_to_comment_p99_s": round(lat[int(len(lat) * 0.99) - 1], 2) if lat else None,
+        "service_cpu_pct_of_core": round(cpu_pct, 1), "service_rss_peak_mib": round(rss_peak / 2**20, 1),
+        "store_mib_per_100k_jobs": round(store / max(len(sim.ended), 1) * 1e5 / 2**20, 1),
+        "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
+    }
+    print(json.dumps(figures, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    subprocess.run(["rm", "-rf", str(tmp)])
+    return 0 if figures["lost"] == 0 and figures["duplicated"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

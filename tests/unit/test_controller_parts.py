@@ -1,0 +1,130 @@
+"""The controller's pure parts: backoff and horizon, notices, hostlists, series, sacct rows, the terminal chart."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuperf import admincomment, config, series, summary
+from gpuperf.controller import accounting, notices, queue
+from gpuperf.report import sacctrows, timechart
+from gpuperf.slurm import expand_hostlist
+from report_fixtures import aggregates, context
+
+NOTIFY = Path(__file__).resolve().parents[2] / "gpuperf" / "controller" / "bin" / "gpuperf-epilog-slurmctld"
+
+
+def test_backoff_grows_to_its_cap_and_the_horizon_ends_retries():
+    waits = [queue.backoff_s(a, 60.0) for a in range(1, 10)]
+    assert waits == sorted(waits) and waits[0] == 1.0 and waits[-1] == 60.0
+    assert queue.after_failure(3, ended=1000.0, now=1010.0, horizon_s=300.0, cap_s=60.0, job_id=0) == ("write", 1014.0)
+    assert queue.after_failure(3, ended=1000.0, now=1300.0, horizon_s=300.0, cap_s=60.0, job_id=0) == ("unavailable", None)
+
+
+def test_judge_only_what_sacct_shows_counts_as_written():
+    items = [(1, "gpuperf:v1 A=1"), (2, "gpuperf:v1 b=2"), (3, "gpuperf:v1 c=3")]
+    got = accounting.judge(items, {1: "gpuperf:v1 a=1", 2: ""}, None)  # the database lowercases
+    assert got == {1: None, 2: accounting.NOT_IN_DB, 3: accounting.NOT_IN_DB}
+    assert accounting.judge(items[:1], {}, "sacctmgr: down") == {1: "sacctmgr: down"}
+
+
+@pytest.mark.parametrize("expr, names", [
+    ("n1", ["n1"]), ("gpu[01-03,7]", ["gpu01", "gpu02", "gpu03", "gpu7"]),
+    ("a[1-2],b3", ["a1", "a2", "b3"]), ("r[1-2]n[08-09]", ["r1n08", "r1n09", "r2n08", "r2n09"]), ("", []),
+])
+def test_hostlists_expand_as_scontrol_does(expr, names):
+    assert expand_hostlist(expr) == names
+    scontrol = shutil.which("scontrol") or "/usr/bin/scontrol"
+    if expr and os.path.exists(scontrol):
+        out = subprocess.run([scontrol, "show", "hostnames", expr], capture_output=True, text=True)
+        if out.returncode == 0:
+            assert out.stdout.split() == names
+
+
+def test_the_shell_hook_leaves_a_notice_the_service_reads(tmp_path):
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[general]\nrun_dir = "{tmp_path}/run"  # comment\nstate_dir = "{tmp_path}/state"\n'
+                    f'[daemon]\nsocket_dir = "/elsewhere"\n[controller]\nspool_dir = "{tmp_path}/spool"\n')
+    env = {"GPUPERF_CONFIG": str(conf), "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "g[1-3]", "SLURM_JOB_USER": "bob",
+           "SLURM_JOB_UID": "1001", "SLURM_JOB_EXIT_CODE": "256", "PATH": "/usr/bin:/bin"}
+    assert subprocess.run(["/bin/sh", str(NOTIFY)], env=env).returncode == 0
+    [(path, n)] = notices.read(str(tmp_path / "spool"))
+    assert (n.job_id, n.nodes, n.user, n.uid, n.exit_code) == (77, ["g1", "g2", "g3"], "bob", 1001, 256)
+    rec = json.loads((tmp_path / "run" / "jobs" / "77" / "epilog-slurmctld.json").read_text())
+    assert rec["context"]["nodelist"] == "g[1-3]" and rec["context"]["uid"] == 1001 and rec["steps"]["notify"]["ok"]
+    # no job id (not run by slurmctld): nothing written, still exit 0
+    assert subprocess.run(["/bin/sh", str(NOTIFY)], env={"GPUPERF_CONFIG": str(conf)}).returncode == 0
+    assert len(list((tmp_path / "spool").iterdir())) == 1
+
+
+def test_the_hook_default_spool_is_the_service_default(tmp_path):
+    cfg = config.parse(f'[general]\nstate_dir = "{tmp_path}/st"\n')
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[general]\nstate_dir = "{tmp_path}/st"\nrun_dir = "{tmp_path}/run"\n')
+    subprocess.run(["/bin/sh", str(NOTIFY)], env={"GPUPERF_CONFIG": str(conf), "SLURM_JOB_ID": "5"}, check=True)
+    assert (Path(notices.default_dir(cfg)) / "5.ended").exists()
+
+
+def test_a_damaged_notice_is_set_aside_not_lost(tmp_path):
+    (tmp_path / "9.ended").write_text("job_id=9\nnodelist=n1\n")  # no 'end' line
+    (tmp_path / "10.ended").write_text("job_id=10\nnodelist=n1\nuser=a\nuid=7\nexit_code=0\nend\n")
+    got = notices.read(str(tmp_path))
+    assert [n.job_id for _, n in got] == [10]
+    assert (tmp_path / "9.ended.bad").exists()
+
+
+def _daemon_series(n: int, gpus: int = 8) -> dict:
+    t = [1000.0 + i for i in range(n)]
+    return {str(g): {"t": t, "sm_active_pct": [float(i % 100) for i in range(n)], "power_w": [300.5] * n,
+                     "nvlink_tx_bps": [2.5e9] * n, "tensor_active_pct": [None] * n} for g in range(gpus)}
+
+
+def test_series_are_bounded_in_points_and_bytes_and_come_back():
+    v = series.compact(_daemon_series(3000), 500)
+    assert v["schema"] == series.SCHEMA and len(v["t"]) == 500 and len(v["gpus"]["7"]["sm_active_pct"]) == 500
+    assert len(json.dumps(v, separators=(",", ":"))) <= series.MAX_BYTES
+    small = series.compact(_daemon_series(3000), 500, max_bytes=20_000)
+    assert len(json.dumps(small, separators=(",", ":"))) <= 20_000 and len(small["t"]) < 500
+    back = series.expand("n4", series.compact(_daemon_series(50), 500))
+    assert sorted(back)[:2] == ["n4:0", "n4:1"]
+    assert back["n4:3"]["t"][:2] == [1000.0, 1001.0] and back["n4:3"]["sm_active_pct"][:3] == [0, 1, 2]
+    assert back["n4:3"]["power_w"][0] == 300 or back["n4:3"]["power_w"][0] == 301
+    assert back["n4:3"]["nvlink_tx_bps"][0] == 2.5e9 and back["n4:3"]["tensor_active_pct"][0] is None
+    assert series.expand("n1", {"schema": "other"}) == {} and series.compact({}, 500) is None
+
+
+def test_sacct_rows_decode_admin_comments_and_count_the_rest():
+    s = summary.merge([summary.node_summary(aggregates(job_id=3, ngpus=2), context(job_id=3))], ["n1"])
+    text = admincomment.encode(s).lower()
+    lines = [{"JobID": "3", "User": "alice", "UID": "1000", "Start": "2026-11-20T10:00:00", "End": "2026-11-20T11:00:00",
+              "NodeList": "n1", "AllocTRES": "gres/gpu=2", "AdminComment": text},
+             {"JobID": "4", "User": "alice", "UID": "1000", "Start": "", "End": "", "NodeList": "n1",
+              "AllocTRES": "gres/gpu=1", "AdminComment": ""},
+             {"JobID": "5", "User": "alice", "UID": "1000", "Start": "", "End": "", "NodeList": "n1",
+              "AllocTRES": "cpu=1", "AdminComment": ""}]
+    rows, without = sacctrows.rows(lines)
+    assert without == 1 and [r["job_id"] for r in rows] == [3]
+    r = rows[0]
+    assert r["gpu_hours"] == s["job"]["gpu_hours"] and r["wasted_gpu_hours"] == s["job"]["wasted_gpu_hours"]
+    assert r["class"] == s["diagnosis"]["class"] and r["energy_j"] == s["job"]["energy_j"]
+    cut = dict(lines[0], AdminComment=text[:200])  # sacct cut the payload: the headline still counts
+    assert sacctrows.row(cut)["class"] == s["diagnosis"]["class"] and sacctrows.row(cut)["partial"]
+
+
+def test_terminal_chart_draws_each_gpu_on_one_time_axis():
+    data = {"n1:0": {"t": [0.0, 10.0, 20.0, 30.0], "sm_active_pct": [0.0, 100.0, 100.0, 0.0], "power_w": [100, 400, 400, 100]},
+            "n2:0": {"t": [15.0, 30.0], "sm_active_pct": [50.0, 50.0], "power_w": [200, 200]}}
+    text = timechart.render(data, width=60)
+    lines = text.splitlines()
+    sm = [ln for ln in lines if ln.strip().startswith("GPU n1:0")][0]
+    other = [ln for ln in lines if ln.strip().startswith("GPU n2:0")][0]
+    assert "SM active (0-100 %)" in text and "Power (0-400 W)" in text
+    assert "█" in sm and " " in sm.split("GPU n1:0")[1]
+    # n2 started at t=15: its first half is unknown (·), not drawn as zero
+    assert other.split("GPU n2:0")[1].lstrip().startswith("·")
+    assert timechart.render({}) == ""
