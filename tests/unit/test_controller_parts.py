@@ -16,7 +16,7 @@ from gpuperf.report import sacctrows, timechart
 from gpuperf.slurm import expand_hostlist
 from report_fixtures import aggregates, context
 
-NOTIFY = Path(__file__).resolve().parents[2] / "gpuperf" / "controller" / "bin" / "gpuperf-epilog-slurmctld"
+NOTIFY = Path(__file__).resolve().parents[2] / "packaging" / "bin" / "gpuperf-epilog-slurmctld"
 
 
 def test_backoff_grows_to_its_cap_and_the_horizon_ends_retries():

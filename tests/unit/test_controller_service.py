@@ -28,7 +28,7 @@ except ImportError:  # tests/ imported as a package
     from tests.cluster.slurmcluster import ClusterError, can_run, ensure_munge
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTIFY = ROOT / "gpuperf" / "controller" / "bin" / "gpuperf-epilog-slurmctld"
+NOTIFY = ROOT / "packaging" / "bin" / "gpuperf-epilog-slurmctld"
 STUB_SERVER = Path(__file__).with_name("controller_stub.py")
 
 
