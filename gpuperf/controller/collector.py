@@ -5,8 +5,8 @@ ROUTER socket on ``controller.bind:controller.port``, reads every message waitin
 keeps the good ones in the cluster store in one transaction and only then replies, so an
 acknowledged summary is on disk. It never waits on anything but its socket and the store: merging
 and AdminComment writes happen elsewhere, so a slow or absent accounting database cannot make a
-node's delivery time out. ``late`` hands the service the job ids that arrived, so it can merge a
-node that missed its job's merge again.
+node's delivery time out. ``arrived`` hands the service each stored summary, so it can merge a
+node that missed its job's merge again and fold the summary into the fleet view, off this thread.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def check(frames: list[bytes], allowed: set[int], munge_socket: str) -> tuple[di
 class Collector:
     """The ingestion thread: socket -> store, nothing else."""
 
-    def __init__(self, cfg, store_path: str, late: "queue.Queue[int] | None" = None):
-        self.cfg, self.store_path, self.late = cfg, store_path, late
+    def __init__(self, cfg, store_path: str, arrived: "queue.Queue[dict] | None" = None):
+        self.cfg, self.store_path, self.arrived = cfg, store_path, arrived
         self.allowed = transport.allowed_uids(cfg)
         self.received = 0
 
@@ -90,7 +90,7 @@ class Collector:
     def _batch(self, sock: zmq.Socket, store: clusterstore.ClusterStore) -> None:
         """Everything waiting (up to BATCH): store the good ones in one transaction, then reply to all."""
         replies: list[tuple[bytes, dict]] = []
-        stored: list[int] = []
+        stored: list[dict] = []
         while len(replies) < BATCH:
             try:
                 msg = sock.recv_multipart(zmq.NOBLOCK)
@@ -108,7 +108,7 @@ class Collector:
                     # keeps; a summary with its series inside (an older node) is split here
                     blob = frames[2] if "series" not in s else None
                     store.put_node_summary(s, uid, blob=blob, series=series, commit=False)
-                    stored.append(s["job_id"])
+                    stored.append(s)
             except Exception as e:  # noqa: BLE001 - one bad message must not stop the collector
                 log.get("collector").error("node summary failed: %s: %s", type(e).__name__, e)
                 reply = {"ok": False, "error": f"internal error: {type(e).__name__}"}
@@ -124,6 +124,6 @@ class Collector:
         for ident, reply in replies:
             sock.send_multipart([ident, b"", json.dumps(reply).encode()])
         self.received += len(stored)
-        if self.late is not None:
-            for j in stored:
-                self.late.put(j)
+        if self.arrived is not None:
+            for s in stored:
+                self.arrived.put(s)

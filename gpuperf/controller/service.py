@@ -5,7 +5,7 @@ Three kinds of thread, none waiting on another:
 - the collector (``collector.Collector``) takes node summaries off its socket into the store and
   replies; it never touches the accounting database, so nodes deliver as fast while it is down;
 - the scheduler (this module's loop, every ``TICK_S``) reads job-end notices into the durable queue
-  (``queue.JobQueue``), merges jobs whose nodes all reported or whose wait is over, flags node
+  (``queue.JobQueue``), folds arrived summaries into the fleet view (``gpuperf.fleet.ingest``), merges jobs whose nodes all reported or whose wait is over, flags node
   summaries of jobs slurmctld never reported ending, and hands due AdminComment batches to
 - ``controller.writers`` writer threads (``accounting.SacctWriter``: one sacctmgr + one sacct per batch);
   a job whose write fails is retried with its own backoff until ``admin_comment_wait_s`` after its
@@ -28,6 +28,7 @@ from gpuperf import admincomment, config as config_mod, log
 from gpuperf.controller import accounting, clusterstore, merge, notices
 from gpuperf.controller.collector import Collector
 from gpuperf.controller.queue import JobQueue
+from gpuperf.fleet import ingest as fleet_ingest
 
 TICK_S = 0.2
 GPU_CHECK_EVERY_S = 10.0
@@ -46,7 +47,7 @@ class Service:
         self.store.db.commit()
         self.writer = writer or accounting.SacctWriter(cfg.general.slurm_bin_dir)
         self.spool = notices.default_dir(cfg)
-        self.late: queue_mod.Queue[int] = queue_mod.Queue()
+        self.arrived: queue_mod.Queue[dict] = queue_mod.Queue()
         self.work: queue_mod.Queue[list[tuple[int, str]] | None] = queue_mod.Queue()
         self.results: queue_mod.Queue[dict[int, str | None]] = queue_mod.Queue()
         self.in_flight: set[int] = set()
@@ -58,10 +59,10 @@ class Service:
 
     # one tick of the scheduler ---------------------------------------------------------------
     def tick(self) -> None:
-        """Notices -> queue, late nodes, merges, orphans, write results, new write batches; one commit."""
+        """Notices -> queue, arrived summaries, merges, orphans, write results, new write batches; one commit."""
         now = self.clock()
         self._take_notices()
-        self._take_late()
+        self._take_arrived()
         self._merge_due(now)
         self._orphans(now)
         self._take_results(now)
@@ -76,14 +77,17 @@ class Service:
             self.store.db.commit()  # queued for good before the files go
             notices.remove([p for p, _ in got])
 
-    def _take_late(self) -> None:
-        """A node summary for a job already merged without that node: merge the job again."""
+    def _take_arrived(self) -> None:
+        """Each summary stored since the last tick: into the fleet view; a job already merged without
+        that node is merged again."""
         seen: set[int] = set()
         while True:
             try:
-                seen.add(self.late.get_nowait())
+                s = self.arrived.get_nowait()
             except queue_mod.Empty:
                 break
+            seen.add(s["job_id"])
+            fleet_ingest.on_node_summary(self.cfg, s)  # never raises; may drain under fleet.policy = "drain"
         for j in seen:
             st = self.queue.state(j)
             if st is None or st[0] not in ("write", "done", "unavailable"):
@@ -201,7 +205,7 @@ class Service:
 
     def serve(self, stop: threading.Event, on_ready: Callable[[str], None] | None = None) -> None:
         """Run the collector, the writers and the scheduler until ``stop`` is set."""
-        collector = Collector(self.cfg, self.path, self.late)
+        collector = Collector(self.cfg, self.path, self.arrived)
         ready = threading.Event()
         endpoint: list[str] = []
 
