@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from gpuperf import __version__, config, jobstate, jsonlite
+from gpuperf import __version__, config, jsonlite
 
 SYSTEM_CACHE = "/run/gpuperf/config.cache.json"
 _SCHEMA = "gpuperf.hookconf.v1"
@@ -74,6 +74,8 @@ def _from_cache(cpath: str, key: str, path: str) -> config.Config | None:
 
 def _store(cpath: str, key: str, path: str, cfg: config.Config, mode: int) -> None:
     """Best effort: a hook that cannot write the cache only stays slower."""
+    from gpuperf import jobstate  # only on a miss
+
     try:
         jobstate.write_json(cpath, {"schema": _SCHEMA, "key": key, "path": path, "source": cfg.source,
                                     "data": cfg.data}, mode)
@@ -84,7 +86,7 @@ def _store(cpath: str, key: str, path: str, cfg: config.Config, mode: int) -> No
 def load_or_defaults(path: str | None = None) -> config.Config:
     """``config.load_or_defaults``, served from the cache when the file is unchanged (never raises)."""
     p = config.config_path(path)
-    text = _read(p)
+    text = _read(p) if os.path.isabs(p) else None  # a relative path: no cache beside a moving target
     if text is None:
         return config.load_or_defaults(p)  # absent: defaults (cheap); unreadable: the error as before
     key, cpath = _key(text), cache_path(p)
