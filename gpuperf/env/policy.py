@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Protocol, Sequence
 
 # the plan as data and the per-task part live in env.plan (the TaskProlog imports only that); every
 # name stays importable from here
+from gpuperf.env import fabrics
 from gpuperf.env.plan import (  # noqa: F401
     AFFINITY_OMP_MARKER, ALIASES, FORCE_REQUIRED, MARKER, SCHEMA, USER_WINS, VARIABLE_CLASSES, EnvPlan, EnvVar,
     Skipped, _vstr, affinity_omp_marker, drop_user_set, finalize_task, injected, marker, off_reason, omp_threads,
@@ -132,12 +133,14 @@ def _socket_ifname(topo: dict[str, Any], shape: JobShape, plan: EnvPlan) -> None
         if hit:
             plan.vars.append(EnvVar("NCCL_SOCKET_IFNAME", f"={iface}",
                                     f"{iface} carries the node's cluster address {hit}; NCCL's bootstrap and socket "
-                                    f"transport use it instead of guessing (never lo, docker, veth, virbr)", rule))
+                                    f"transport use it instead of guessing (never lo, docker, veth, virbr)"
+                                    + fabrics.cite("nccl"), rule))
             return
     if len(candidates) == 1:
         iface, addrs = candidates[0]
         plan.vars.append(EnvVar("NCCL_SOCKET_IFNAME", f"={iface}",
-                                f"{iface} ({addrs[0]}) is the only physical interface with an IPv4 address", rule))
+                                f"{iface} ({addrs[0]}) is the only physical interface with an IPv4 address"
+                                + fabrics.cite("nccl"), rule))
         return
     why = ("the node name resolves to no address on a physical interface" if shape.node_addrs
            else "the node's cluster address is unknown")
@@ -153,18 +156,18 @@ def _ib(topo: dict[str, Any], shape: JobShape, plan: EnvPlan) -> list[dict[str, 
         if down:
             plan.notes.append(f"InfiniBand/RoCE port(s) {', '.join(map(str, down))} present but none ACTIVE: NCCL "
                               "falls back to TCP sockets between nodes, far slower")
-        if any(n.get("kind") == "efa" for n in topo.get("nics") or []):
-            plan.notes.append("EFA NICs: NCCL reaches them through the aws-ofi-nccl plugin; gpuperf sets no "
-                              "network variables for them")
         plan.skipped.append(Skipped("NCCL_IB_HCA", "no active InfiniBand/RoCE port on this node", rule))
         return []
+    for name, why in fabrics.excluded_nics(topo).items():
+        nics = [n for n in nics if n["name"] != name]
+        plan.skipped.append(Skipped(f"NCCL_IB_HCA: {name}", why, rule))
     ordered = rail_order(topo, nics)
     # '=' makes NCCL match names exactly: without it mlx5_1 would also select mlx5_10..mlx5_17
     value = "=" + ",".join(f"{n['name']}:{n.get('port') or 1}" for n in ordered)
     kinds = "/".join(sorted({n["kind"] for n in ordered})).replace("ib", "InfiniBand").replace("roce", "RoCE")
     plan.vars.append(EnvVar("NCCL_IB_HCA", value,
                             f"the {len(ordered)} active {kinds} port(s) of this node in rail order (nearest to GPU 0 "
-                            f"first, by PCIe path); inactive or absent ports are left out", rule))
+                            f"first, by PCIe path); inactive or absent ports are left out" + fabrics.cite("nccl"), rule))
     return ordered
 
 
@@ -185,7 +188,8 @@ def _gid_index(ordered: list[dict[str, Any]], shape: JobShape, plan: EnvPlan) ->
     gid = found.pop()
     plan.vars.append(EnvVar("NCCL_IB_GID_INDEX", str(gid),
                             f"GID index {gid} is the RoCE v2 entry found on {', '.join(n['name'] for n in roce)}; "
-                            f"NCCL before {_vstr(GID_AUTO_NCCL)} would use index 0 (RoCE v1 / link-local)",
+                            f"NCCL before {_vstr(GID_AUTO_NCCL)} would use index 0 (RoCE v1 / link-local)"
+                            + fabrics.cite("nccl"),
                             rule, nccl_below=GID_AUTO_NCCL))
 
 
@@ -207,7 +211,8 @@ def _gdr(topo: dict[str, Any], shape: JobShape, ordered: list[dict[str, Any]], p
     plan.vars.append(EnvVar("NCCL_NET_GDR_LEVEL", "PXB",
                             f"{gdr.get('module') or 'GPUDirect RDMA'} is loaded and every GPU of the job shares a "
                             "PCIe switch with an active NIC: RDMA goes straight to GPU memory. PXB is NCCL's own "
-                            "default, set so that a stale image or nccl.conf value (LOC) cannot switch it off", rule))
+                            "default, set so that a stale image or nccl.conf value (LOC) cannot switch it off"
+                            + fabrics.cite("nccl"), rule))
 
 
 def _pcie_notes(topo: dict[str, Any], shape: JobShape, plan: EnvPlan) -> None:
@@ -314,6 +319,7 @@ def defaults(topo: dict[str, Any], shape: JobShape) -> EnvPlan:
         _gid_index(ordered, shape, plan)
         if ordered:
             _gdr(topo, shape, ordered, plan)
+        fabrics.apply(topo, shape, plan)
     else:
         plan.skipped.append(Skipped("NCCL_SOCKET_IFNAME, NCCL_IB_*", "single-node job: NCCL uses NVLink/PCIe/shared "
                                     "memory and picks its bootstrap interface itself", "default:network"))

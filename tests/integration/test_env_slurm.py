@@ -145,3 +145,28 @@ def _topology(c) -> dict:
     from gpuperf.topology import load_node
 
     return load_node(c.gpuperf_config()["general"]["node_root"], health=False).topology
+
+
+def test_two_node_job_gets_the_fabrics_admin_rule_on_every_node(slurm_cluster2):
+    """RoCE traffic class from the admin's rule (issue 16): both nodes' tasks get it beside the built-in plan."""
+    c = slurm_cluster2
+    cfg = c.gpuperf_config()
+    cfg.setdefault("env", {})["rules"] = [{
+        "name": "roce-tc", "match": {"nic_kind": "roce", "multi_node": True}, "set": {"NCCL_IB_TC": "106"},
+        "reason": "fabric A's lossless class, DSCP 26 with ECN (NCCL_IB_TC: "
+                  "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)"}]
+    c.write_gpuperf_config(cfg)
+    try:
+        show = _quoted(SHOW.format(tag="$SLURMD_NODENAME"))
+        job = c.sbatch(f'/usr/bin/srun /bin/sh -c "{show}"\n', "-N2", "--ntasks-per-node=1", "--gres=gpu:1",
+                       user=c.user)
+        assert c.wait(job) == "COMPLETED", c.logs()
+        seen = _seen(c.job_output(job))
+        for node in c.node_names:
+            assert seen[node]["NCCL_IB_TC"] == "106", (node, seen)
+            assert seen[node]["NCCL_IB_HCA"].startswith("=mlx5_")  # the built-in plan is still there
+        one = c.sbatch(f"{SHOW.format(tag='one')}\n", "-N1", "--gres=gpu:1", user=c.user)
+        assert c.wait(one) == "COMPLETED", c.logs()
+        assert "NCCL_IB_TC" not in _seen(c.job_output(one)).get("one", {})  # multi_node = true: not for one node
+    finally:
+        c.reset_gpuperf_config()

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+from typing import Callable
 
 DRIVER = "580.159.04"
 NVML = "13.580.159.04"
@@ -282,7 +283,169 @@ def mixed_a100_h100(dest: str) -> None:
     t.json("net.json", {"ipv4": {"eno1": ["10.0.0.31"]}})
 
 
-BUILDERS = {"hgx-h100-2s": hgx_h100, "pcie-l40s-2s": pcie_l40s, "mixed-a100-h100": mixed_a100_h100}
+def efa_dev(t: Tree, devrel: str, name: str, rate: str) -> None:
+    """An EFA RDMA device (driver efa, no netdev, link layer Unspecified) with port 1 ACTIVE."""
+    ib = f"{devrel}/infiniband/{name}"
+    t.link(f"sys/class/infiniband/{name}", ib)
+    t.link(f"{ib}/device", devrel)
+    t.files(f"{ib}/ports/1", {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": rate,
+                              "link_layer": "Unspecified"})
+
+
+def nic_dev(t: Tree, devrel: str, netdev: str, speed_mbps: int) -> None:
+    """A plain Ethernet netdev below a PCI function (no loopback entry: plain_nic adds that once)."""
+    nd = f"{devrel}/net/{netdev}"
+    t.link(f"sys/class/net/{netdev}", nd)
+    t.link(f"{nd}/device", devrel)
+    t.files(nd, {"type": "1", "operstate": "up", "speed": str(speed_mbps)})
+
+
+def h100_gpu(t: Tree, node: str, i: int, chain: list[str], numa: int, cpus: list[int], nvlink: bool = True) -> dict:
+    """An H100 SXM endpoint and its NVML record (18 NVLinks to 4 NVSwitches, or none when hidden in a VM)."""
+    endpoint(t, chain, 0x10DE, 0x2330, 0x030200, numa, cpus, 5, "nvidia")
+    sw_bus = ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]
+    sw_of = [0] * 5 + [1] * 4 + [2] * 4 + [3] * 5
+    links = [{"link": k, "active": True, "remote_bus_id": sw_bus[sw_of[k]], "remote_type": "switch",
+              "errors": dict(ZERO_ERRORS)} for k in range(18)] if nvlink else []
+    return gpu_record(node, i, chain[-1], "NVIDIA H100 80GB HBM3", "hopper", [9, 0], 81559, numa, 5, 700.0,
+                      {"links_total": 18, "links_active": 18, "links": links}, [k for k in range(8) if k != i])
+
+
+def switched_node(t: Tree, node: str, node_cpus: dict[int, list[int]], per_switch: int,
+                  nic_pci: tuple[int, int, int, str], nic: Callable[[int, int, str, int, list[int]], None]) -> list[dict]:
+    """8 GPUs, each on its own PCIe switch with ``per_switch`` NIC functions (vendor, device, class, driver);
+    ``nic(gpu, k, devrel, numa, cpus)`` adds what hangs below each."""
+    gpus = []
+    for i in range(8):
+        b = 0x10 + 0x20 * i
+        numa = 0 if i < 4 else 1
+        cpus = node_cpus[numa]
+        host, rp, usp = f"pci0000:{b:02x}", f"0000:{b:02x}:01.0", f"0000:{b + 1:02x}:00.0"
+        bridge(t, [host, rp], numa, cpus)
+        bridge(t, [host, rp, usp], numa, cpus)
+        for j in range(per_switch + 1):
+            dsp, ep = f"0000:{b + 2:02x}:{j:02x}.0", f"0000:{b + 3 + j:02x}:00.0"
+            bridge(t, [host, rp, usp, dsp], numa, cpus)
+            chain = [host, rp, usp, dsp, ep]
+            if j == 0:
+                gpus.append(h100_gpu(t, node, i, chain, numa, cpus))
+            else:
+                vendor, device, cls, driver = nic_pci
+                nic(i, j - 1, endpoint(t, chain, vendor, device, cls, numa, cpus, 5, driver), numa, cpus)
+    return gpus
+
+
+def host_nic(t: Tree, node_cpus: dict[int, list[int]], netdev: str, vendor: int, device: int, driver: str,
+             speed_mbps: int) -> None:
+    """The host's own Ethernet port behind a root port of socket 0."""
+    bridge(t, ["pci0000:00", "0000:00:1c.0"], 0, node_cpus[0], gen=4)
+    rel = endpoint(t, ["pci0000:00", "0000:00:1c.0", "0000:04:00.0"], vendor, device, 0x020000, 0, node_cpus[0], 4,
+                   driver)
+    plain_nic(t, rel, netdev, speed_mbps)
+
+
+def finish(t: Tree, node: str, gpus: list[dict], ipv4: dict[str, list[str]]) -> None:
+    """The NVML snapshot and the addresses, the two files beside the sysfs tree."""
+    t.json("gpus.json", snapshot(node, gpus))
+    t.json("net.json", {"ipv4": ipv4})
+
+
+def dgx_h100_ndr(dest: str) -> None:
+    """DGX H100-like: 8 GPUs each with a ConnectX-7 NDR compute HCA on its switch, plus 2 storage HCAs on root ports."""
+    t = Tree(dest)
+    node_cpus = cpus_and_numa(t, cores_per_socket=56, sockets=2, mem_kib_per_node=1_056_462_232)
+    common(t, "dgx-01", peermem=True)
+    ipv4: dict[str, list[str]] = {}
+
+    def hca(i: int, k: int, devrel: str, numa: int, cpus: list[int]) -> None:
+        rdma(t, devrel, f"mlx5_{i}", f"ibp{0x13 + 0x20 * i}s0", "InfiniBand", "400 Gb/sec (4X NDR)",
+             [(f"fe80:0000:0000:0000:a088:c203:00{i:02x}:3e00", "")], 32, None)
+    gpus = switched_node(t, "dgx-h100-ndr", node_cpus, 1, (0x15B3, 0x1021, 0x020700, "mlx5_core"), hca)
+    for k, (b, numa) in enumerate([(0x0C, 0), (0x8C, 1)]):
+        host, rp, ep = f"pci0000:{b:02x}", f"0000:{b:02x}:01.0", f"0000:{b + 1:02x}:00.0"
+        bridge(t, [host, rp], numa, node_cpus[numa])
+        rel = endpoint(t, [host, rp, ep], 0x15B3, 0x1021, 0x020700, numa, node_cpus[numa], 5, "mlx5_core")
+        rdma(t, rel, f"mlx5_{8 + k}", f"ibp{b + 1}s0", "InfiniBand", "400 Gb/sec (4X NDR)",
+             [(f"fe80:0000:0000:0000:a088:c203:00{8 + k:02x}:3e00", "")], 32, None)
+        ipv4[f"ibp{b + 1}s0"] = [f"10.30.{k}.11"]
+    host_nic(t, node_cpus, "eno1np0", 0x14E4, 0x16D8, "bnxt_en", 10000)
+    finish(t, "dgx-h100-ndr", gpus, {**ipv4, "eno1np0": ["10.0.1.11"]})
+
+
+def roce_h100(dest: str) -> None:
+    """8 H100 + 8 ConnectX-7 400GbE RoCE v2 ports, one per GPU switch (mlx5 GID table: v2 at index 3)."""
+    t = Tree(dest)
+    node_cpus = cpus_and_numa(t, cores_per_socket=48, sockets=2, mem_kib_per_node=1_056_462_232)
+    common(t, "roce-01", peermem=True)
+    ipv4: dict[str, list[str]] = {}
+
+    def port(i: int, k: int, devrel: str, numa: int, cpus: list[int]) -> None:
+        ip, netdev = f"10.40.{i}.21", f"ens{i + 1}f0np0"
+        ll = f"fe80:0000:0000:0000:0a5c:d8ff:fe4e:{0x9a10 + i:04x}"
+        rdma(t, devrel, f"mlx5_{i}", netdev, "Ethernet", "400 Gb/sec (4X NDR)",
+             [(ll, "IB/RoCE v1"), (ll, "RoCE v2"), (gid_v4(ip), "IB/RoCE v1"), (gid_v4(ip), "RoCE v2")], 1, 400000)
+        ipv4[netdev] = [ip]
+    gpus = switched_node(t, "roce-h100-400g", node_cpus, 1, (0x15B3, 0x1021, 0x020000, "mlx5_core"), port)
+    host_nic(t, node_cpus, "eno1", 0x8086, 0x1533, "igb", 1000)
+    finish(t, "roce-h100-400g", gpus, {**ipv4, "eno1": ["10.0.2.21"]})
+
+
+def aws_p5(dest: str) -> None:
+    """p5.48xlarge-like: 8 H100, 32 EFA devices (4 per GPU switch, 100 Gb/s each), one ENA port for IP."""
+    t = Tree(dest)
+    node_cpus = cpus_and_numa(t, cores_per_socket=48, sockets=2, mem_kib_per_node=1_056_462_232)
+    common(t, "ip-10-1-0-5", peermem=True)
+
+    def efa(i: int, k: int, devrel: str, numa: int, cpus: list[int]) -> None:
+        efa_dev(t, devrel, f"rdmap{0x13 + 0x20 * i + k}s0", "100 Gb/sec (4X EDR)")
+    gpus = switched_node(t, "aws-p5-efa", node_cpus, 4, (0x1D0F, 0xEFA1, 0x020000, "efa"), efa)
+    host_nic(t, node_cpus, "ens32", 0x1D0F, 0xEC20, "ena", 100000)
+    finish(t, "aws-p5-efa", gpus, {"ens32": ["10.1.0.5"]})
+
+
+def azure_ndv5(dest: str) -> None:
+    """ND H100 v5-like VM: GPUs and HCAs on the root bus (the host's switches hidden), HCAs named mlx5_ib0-7,
+    the accelerated-networking VF mlx5_an0 (RDMA-capable Ethernet) carrying eth0."""
+    t = Tree(dest)
+    node_cpus = cpus_and_numa(t, cores_per_socket=48, sockets=2, mem_kib_per_node=990_000_000)
+    common(t, "ndv5-01", peermem=True)
+    gpus = []
+    for i in range(8):
+        numa = 0 if i < 4 else 1
+        host = f"pci{0x0001 + i:04x}:00"
+        gpus.append(h100_gpu(t, "azure-ndv5", i, [host, f"{0x0001 + i:04x}:00:00.0"], numa, node_cpus[numa]))
+        rel = endpoint(t, [f"pci{0x0101 + i:04x}:00", f"{0x0101 + i:04x}:00:00.0"], 0x15B3, 0x101E, 0x020700, numa,
+                       node_cpus[numa], 5, "mlx5_core")
+        rdma(t, rel, f"mlx5_ib{i}", f"ib{i}", "InfiniBand", "400 Gb/sec (4X NDR)",
+             [(f"fe80:0000:0000:0000:0015:5dff:fd33:{0xff00 + i:04x}", "")], 32, None)
+    rel = endpoint(t, ["pci0200:00", "0200:00:02.0"], 0x15B3, 0x101A, 0x020000, 0, node_cpus[0], 4, "mlx5_core")
+    ll = "fe80:0000:0000:0000:020d:3aff:fe6e:1a2b"
+    rdma(t, rel, "mlx5_an0", "eth0", "Ethernet", "80 Gb/sec (2X HDR)", [(ll, "IB/RoCE v1"), (ll, "RoCE v2")], 1, 80000)
+    t.link("sys/class/net/lo", "sys/devices/virtual/net/lo")
+    t.files("sys/devices/virtual/net/lo", {"type": "772", "operstate": "unknown"})
+    finish(t, "azure-ndv5", gpus, {"eth0": ["10.2.0.4"]})
+
+
+def gcp_a3(dest: str) -> None:
+    """a3-highgpu-8g-like: 8 H100, 4 gVNIC GPU NICs (eth1-eth4, 200 Gb/s) on the GPU switches, host NIC eth0."""
+    t = Tree(dest)
+    node_cpus = cpus_and_numa(t, cores_per_socket=52, sockets=2, mem_kib_per_node=990_000_000)
+    common(t, "a3-01", peermem=False)
+    ipv4 = {"eth0": ["10.128.0.5"]}
+
+    def gvnic(i: int, k: int, devrel: str, numa: int, cpus: list[int]) -> None:
+        if i % 2 == 0:  # one NIC per pair of GPUs: the other switches' NIC slots hold a function with no netdev
+            netdev = f"eth{i // 2 + 1}"
+            nic_dev(t, devrel, netdev, 200000)
+            ipv4[netdev] = [f"192.168.{i // 2 + 1}.5"]
+    gpus = switched_node(t, "gcp-a3-tcpx", node_cpus, 1, (0x1AE0, 0x0042, 0x020000, "gve"), gvnic)
+    host_nic(t, node_cpus, "eth0", 0x1AE0, 0x0042, "gve", 100000 // 2)
+    finish(t, "gcp-a3-tcpx", gpus, ipv4)
+
+
+BUILDERS = {"hgx-h100-2s": hgx_h100, "pcie-l40s-2s": pcie_l40s, "mixed-a100-h100": mixed_a100_h100,
+            "dgx-h100-ndr": dgx_h100_ndr, "roce-h100-400g": roce_h100, "aws-p5-efa": aws_p5,
+            "azure-ndv5": azure_ndv5, "gcp-a3-tcpx": gcp_a3}
 
 
 def main(out: str) -> None:
