@@ -113,7 +113,7 @@ def main() -> int:
     cfg.setdefault("controller", {}).update(merge_wait_s=10.0)
     c.write_gpuperf_config(cfg)
     plugstack = c.dir / "plugstack.conf"
-    spank = Path("/opt/gpuperf/lib/gpuperf_spank.so")
+    spank = Path(f"{PREFIX}/lib/gpuperf_spank.so")
     if spank.exists() and str(spank) not in plugstack.read_text():
         plugstack.write_text(plugstack.read_text() + f"optional {spank} run_dir={c.run_dir}\n")
 

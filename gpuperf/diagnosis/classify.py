@@ -77,10 +77,12 @@ def _communication(s: Signals, th: dict[str, float]) -> list[str]:
     comm_net = s.nodes > 1 and s.pcie_gbps is not None and s.pcie_gbps >= th["comm_pcie_gbps"]
     comm_tcp = s.nccl_on_tcp and (s.eth_gbps or 0.0) >= th["comm_eth_gbps"]
     comm_net = comm_net or comm_tcp
-    # one node, several GPUs: kernels that hold the GPU but barely use SMs, PCIe busy, NVLink idle
+    # one node, several GPUs: kernels that hold the GPU but barely use SMs, PCIe busy both ways (a
+    # collective sends what it receives; an input pipeline's copies go one way), NVLink idle
     comm_host = (s.gpu_count >= 2 and s.pcie_gbps is not None and s.pcie_gbps >= th["comm_host_pcie_gbps"]
+                 and (s.pcie_balance is None or s.pcie_balance >= 0.5)
                  and (s.nvlink_gbps is None or s.nvlink_gbps < 1.0) and s.sm is not None
-                 and s.sm < 2 * th["idle_util_pct"] and s.util is not None and s.util >= th["input_util_pct"])
+                 and s.sm < 2 * th["idle_util_pct"] and s.util is not None and s.util >= 2 * th["idle_util_pct"])
     if not (comm_nv or comm_net or comm_host) or pipes >= th["compute_pipe_pct"]:
         return []
     if not (comm_nv or comm_host) and s.dram is not None and s.dram >= th["memory_dram_pct"]:

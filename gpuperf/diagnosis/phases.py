@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuperf.diagnosis.classify import classify
-from gpuperf.diagnosis.signals import Signals, num
+from gpuperf.diagnosis.signals import Signals, balance, num
 
 BUCKETS = 12        # stretches the job is cut into: a 12-hour job's are an hour, a minute's 5 s
 MAX_PHASES = 4      # more than a few phases is a timeline, which the report's charts already show
@@ -18,7 +18,8 @@ _FIELDS = ("util_gpu_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pc
 # what the daemon hands the epilog with a finished job's aggregates: 8 GPUs x 24 points x 5 lists stay
 # far inside the daemon protocol's 64 KiB reply (docs/CONTRACTS.md)
 SERIES_POINTS = 24
-SERIES_FIELDS = _FIELDS
+_LINKS = ("nvlink_tx_bps", "nvlink_rx_bps", "pcie_tx_bps", "pcie_rx_bps")
+SERIES_FIELDS = _FIELDS + _LINKS
 
 
 def compact(series: dict) -> dict:
@@ -49,7 +50,7 @@ def segment(series: dict, th: dict[str, float]) -> list[dict[str, Any]]:
             b = buckets[min(BUCKETS - 1, int((t - t0) / width))]
             b["gpus"].add(gpu)
             b["n"] += 1
-            for f in (*_FIELDS, "nvlink_tx_bps", "nvlink_rx_bps"):
+            for f in SERIES_FIELDS:
                 v = _at(ser, f, i)
                 if v is not None:
                     b["sum"][f] = b["sum"].get(f, 0.0) + v
@@ -97,13 +98,16 @@ def _run(buckets: list[dict], th: dict[str, float]) -> dict[str, Any]:
         return sum(b["sum"].get(f, 0.0) for b in buckets) / c if c else None
 
     n = sum(b["n"] for b in buckets)
-    nv = [mean("nvlink_tx_bps"), mean("nvlink_rx_bps")]
+    def link(name: str) -> float | None:
+        vals = [mean(f"{name}_tx_bps"), mean(f"{name}_rx_bps")]
+        return sum(x for x in vals if x is not None) / 1e9 if any(x is not None for x in vals) else None
+
     gpus = set().union(*(b["gpus"] for b in buckets))
     s = Signals(util=mean("util_gpu_pct"), sm=mean("sm_active_pct"), tensor=mean("tensor_active_pct"), fp_max=None,
                 dram=mean("dram_active_pct"), idle_share=100.0 * sum(b["idle"] for b in buckets) / n if n else None,
                 hw_throttle_share=0.0, power_cap_share=0.0,
-                nvlink_gbps=sum(x for x in nv if x is not None) / 1e9 if any(x is not None for x in nv) else None,
-                pcie_gbps=None, nodes=1, cpu_eff=None, iowait=None, gpu_count=len(gpus), samples=n)
+                nvlink_gbps=link("nvlink"), pcie_gbps=link("pcie"), nodes=1,
+                pcie_balance=balance(mean("pcie_tx_bps"), mean("pcie_rx_bps")), cpu_eff=None, iowait=None, gpu_count=len(gpus), samples=n)
     cls, ev = classify(s, th)
     return {"buckets": buckets, "start": buckets[0]["start"], "end": buckets[-1]["end"],
             "gpu_s": sum(b["gpu_s"] for b in buckets), "class": cls, "evidence": ev}

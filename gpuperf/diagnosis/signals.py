@@ -44,6 +44,7 @@ class Signals:
     occupancy: float | None = None
     fp32: float | None = None
     fp64: float | None = None
+    pcie_balance: float | None = None   # min(tx, rx) / max(tx, rx): ~1 for collectives, ~0 for one-way copies
 
     @property
     def nccl_on_tcp(self) -> bool:
@@ -107,7 +108,15 @@ def signals(summary: dict, series: dict | None = None) -> Signals:
         cpu_eff=max(effs) if effs else None, iowait=max(iow) if iow else None, rdma_gbps=rdma, eth_gbps=eth,
         gpu_count=len(gpus), samples=samples, occupancy=num(job.get("sm_occupancy_pct")),
         fp32=num(job.get("fp32_active_pct")), fp64=num(job.get("fp64_active_pct")),
+        pcie_balance=balance(num(job.get("pcie_tx_bytes")), num(job.get("pcie_rx_bytes"))),
     )
+
+
+def balance(tx: float | None, rx: float | None) -> float | None:
+    """min/max of the two directions (None when either is unknown or both are zero)."""
+    if tx is None or rx is None or max(tx, rx) <= 0:
+        return None
+    return min(tx, rx) / max(tx, rx)
 
 
 def net_split(hosts: list[dict]) -> tuple[float | None, float | None]:

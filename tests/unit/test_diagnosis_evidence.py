@@ -133,3 +133,13 @@ def test_report_power_line_labels_sum_and_peak_and_rates_never_read_n_a_per_s():
     assert "n/a/s" not in out
     line = next(x for x in out.splitlines() if x.lstrip().startswith("Power "))
     assert "per GPU" in line and "over 2 GPUs" in line and "peak" in line and "one GPU" in line
+
+
+def test_one_way_pcie_copies_are_not_collectives_through_host_memory():
+    def diag(tx: float, rx: float) -> str:
+        return summary.node_summary(aggregates(ngpus=2, util_gpu_pct=70.0, sm_active_pct=3.0, tensor_active_pct=0.0,
+                                               dram_active_pct=2.0, nvlink_tx_bps=0.0, nvlink_rx_bps=0.0,
+                                               pcie_tx_bps=tx, pcie_rx_bps=rx), context())["diagnosis"]["class"]
+
+    assert diag(5e9, 4.5e9) == "communication_bound"       # both ways: an all-reduce over sockets
+    assert diag(0.1e9, 6e9) != "communication_bound"       # host-to-device only: copies feeding the GPU

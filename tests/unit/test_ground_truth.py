@@ -136,3 +136,16 @@ def test_reports_show_the_phases_the_unused_gpus_and_the_confidence():
     s2, d2, _ = job("one_busy-h200.jsonl.gz", gpus=None)
     out = terminal.render(dict(s2, diagnosis=d2.to_dict()), width=160, color=False)
     assert "UNUSED-GPUS" in out and "working GPUs: compute-bound" in out and "GPU-hours wasted" in out
+
+
+def test_phases_of_the_socket_all_reduce_name_it_as_the_job_does():
+    # the series carry PCIe and NVLink rates, so a stretch of collectives through host memory is
+    # communication-bound there too, not launch-bound
+    _, d, _ = job("allreduce_sockets-h200.jsonl.gz", gpus=None)
+    from gpuperf import summary
+    from gpuperf.diagnosis import phases
+
+    aggs, series = fromrecording.replay_job(str(RECORDINGS / "allreduce_sockets-h200.jsonl.gz"), with_series=True)
+    full = summary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series)})["diagnosis"]
+    assert full["class"] == "communication_bound"
+    assert [p["class"] for p in full["phases"]][-1] == "communication_bound"
