@@ -32,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpuperf import diagnosis, gpuspecs, jobstate
+from gpuperf import diagnosis, gpuspecs, jobstate, safeio
 from gpuperf.diagnosis import roofline
 from gpuperf.fleet.load import node_figures
 
@@ -283,25 +283,29 @@ def env_view(raw: Any) -> dict | None:
     return out
 
 
-def read_job_files(job_dir: str | Path | None) -> tuple[dict | None, dict | None]:
-    """The env and affinity the prolog/TaskProlog recorded in the job's state dir (None when absent)."""
+def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = None
+                   ) -> tuple[dict | None, dict | None]:
+    """The env and affinity the prolog/TaskProlog recorded in the job's state dir (None when absent).
+
+    The job's user writes part of that dir: what its readers refused is added to ``ignored``."""
     if not job_dir:
         return None, None
     d = Path(job_dir)
+    ignored = ignored if ignored is not None else safeio.Ignored()
     try:
         # the env part's own reader: per-task values (OMP_NUM_THREADS...) as the tasks exported them
         from gpuperf.prolog.envplan import report as env_report
 
-        env = env_view(env_report(d))
+        env = env_view(env_report(d, ignored))
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
-        env = env_view(jobstate.read_json(d / "env.json"))
+        env = env_view(safeio.read_json(d / "env.json", ignored=ignored))
     try:
         # the affinity part's own reader: what the tasks applied, else the prolog's plan
         from gpuperf.prolog.affinityplan import report as affinity_report
 
-        affinity = affinity_report(d)
+        affinity = affinity_report(d, ignored)
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
-        affinity = jobstate.read_json(d / "affinity.json")
+        affinity = jobstate.read_json(d / "affinity.json")  # not user-writable: root's file in root's dir
     return env, affinity
 
 
@@ -318,7 +322,8 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         # the model from the node's topology where the sampler did not name it
         if not g["name"] and names.get(str(g["gpu"])):
             g["name"] = names[str(g["gpu"])]
-    env, affinity = read_job_files(context.get("job_dir"))
+    ignored = safeio.Ignored()
+    env, affinity = read_job_files(context.get("job_dir"), ignored)
     env = context.get("env", env)
     affinity = context.get("affinity", affinity)
     # a running job has no end yet: its summary runs to the last sample
@@ -341,6 +346,8 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         "quality": _quality(aggregates, gpus),
     }
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
+    if ignored.reasons:
+        s["quality"]["ignored"] = ignored.shown()
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
     series = context.get("series") if isinstance(context.get("series"), dict) else None
@@ -382,5 +389,8 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
                     "partial": bool(missing or reasons or not parts), "reasons": reasons or ([] if parts else ["no node summaries"]),
                     "nodes_expected": expected, "nodes_missing": missing},
     }
+    ignored = [f"{','.join(s.get('nodes', []))}: {r}" for s in parts for r in (s.get("quality") or {}).get("ignored") or []]
+    if ignored:
+        out["quality"]["ignored"] = ignored[:safeio.SHOWN * 2]
     out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds).to_dict()
     return out

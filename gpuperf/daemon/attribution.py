@@ -7,6 +7,12 @@ names job cgroups by SLUID, older releases by job id, and both are site-configur
 
 Results are cached by (pid, process start time), so a reused pid never inherits a stale answer and a
 sweep costs one ``stat`` read per GPU process after the first.
+
+A process's environment is its user's to write: anyone can start a program with ``SLURM_JOB_ID`` of
+another job. With ``job_uid`` set (the daemon's registrations), a claim is believed only from a process
+of the claimed job's user (or root); a claim from another user falls through to the ancestors and the
+cgroup, as a cleared environment does. ``/proc/PID/environ`` is read in chunks with a bound (the kernel
+allows up to 6 MiB of arguments and environment), never whole.
 """
 
 from __future__ import annotations
@@ -14,9 +20,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 _ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
+ENVIRON_MAX_BYTES = 8 << 20   # above the kernel's 6 MiB for arguments + environment
+_CHUNK = 64 << 10
 MAX_ANCESTORS = 8
 MAX_CGROUP_PEERS = 64
 
@@ -65,6 +73,7 @@ class Attributor:
 
     proc_root: str = "/proc"
     cgroup_root: str = "/sys/fs/cgroup"
+    job_uid: Callable[[int], int | None] | None = None   # registered job -> its uid (None: not registered)
     _cache: dict[tuple[int, int], int | None] = field(default_factory=dict)
     _cgroup_jobs: dict[str, int] = field(default_factory=dict)
 
@@ -80,8 +89,40 @@ class Attributor:
         return parse_stat(s) if isinstance(s, str) else None
 
     def _env_job(self, pid: int) -> int | None:
-        env = self._read(pid, "environ", binary=True)
-        return parse_environ_job(env) if isinstance(env, bytes) else None
+        job = self._scan_environ(pid)
+        return job if job is None or self._claim_ok(pid, job) else None
+
+    def _scan_environ(self, pid: int) -> int | None:
+        """SLURM_JOB_ID from /proc/PID/environ, read in chunks (memory stays ~2 chunks, whatever its size)."""
+        try:
+            with open(os.path.join(self.proc_root, str(pid), "environ"), "rb", buffering=0) as f:
+                tail, total = b"", 0
+                while total < ENVIRON_MAX_BYTES:
+                    chunk = f.read(_CHUNK)
+                    if not chunk:
+                        return parse_environ_job(tail) if tail else None
+                    total += len(chunk)
+                    entries = (tail + chunk).split(b"\0")
+                    tail = entries.pop()[-_CHUNK:]  # an entry cut by the chunk end (values are <= 128 KiB)
+                    for e in entries:
+                        if e.startswith(_ENV_KEYS):
+                            return parse_environ_job(e)
+        except OSError:
+            return None
+        return None
+
+    def _claim_ok(self, pid: int, job: int) -> bool:
+        """Whether this process may claim ``job``: its owner is the job's user or root (job_uid decides)."""
+        if self.job_uid is None:
+            return True
+        want = self.job_uid(job)
+        if want is None:
+            return True                      # an unregistered job: the mismatch rule reports it anyway
+        try:
+            owner = os.stat(os.path.join(self.proc_root, str(pid))).st_uid
+        except OSError:
+            return False
+        return owner in (want, 0)
 
     def job_of(self, pid: int) -> int | None:
         """The Slurm job id of a process, or None (no job, or gone)."""

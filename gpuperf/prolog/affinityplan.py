@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuperf import affinity, jobstate
+from gpuperf import affinity, jobstate, safeio
 from gpuperf.config import Config
 from gpuperf.hook import HookState
 from gpuperf.jobctx import JobContext
@@ -163,22 +163,33 @@ def _applied_dir(path: Path, uid: int | None) -> None:
     path.chmod(0o755)
 
 
-def applied_records(run_dir: str, job_id: int) -> list[dict[str, str]]:
+def applied_records(run_dir: str, job_id: int, ignored: safeio.Ignored | None = None) -> list[dict[str, str]]:
     """What each task applied (``applied/<step>.<rank>`` lines), sorted by step and rank; [] when none."""
-    return _applied_in(jobstate.job_dir(run_dir, job_id) / APPLIED_DIR)
+    return _applied_in(jobstate.job_dir(run_dir, job_id) / APPLIED_DIR, ignored)
 
 
-def _applied_in(d: Path) -> list[dict[str, str]]:
+APPLIED_MAX_BYTES = 4096  # one line per task (a few hundred bytes)
+
+
+def _applied_in(d: Path, ignored: safeio.Ignored | None = None) -> list[dict[str, str]]:
+    # the job's user owns applied/: read it only through safeio (FIFOs, links, huge files are refused)
+    ignored = ignored if ignored is not None else safeio.Ignored()
     out = []
-    for f in sorted(d.glob("*")):
+    for name, data in safeio.read_dir(d, max_bytes=APPLIED_MAX_BYTES, ignored=ignored, label=APPLIED_DIR):
         try:
-            out.append(affinity.parse_applied_line(f.read_text(errors="replace")))
-        except (OSError, ValueError):
+            rec = affinity.parse_applied_line(data.decode("utf-8", "replace"))
+        except ValueError as e:
+            ignored.add(f"{APPLIED_DIR}/{name}", f"not an affinity record ({str(e)[:80]})")
             continue
-    return sorted(out, key=lambda r: (r.get("step", ""), int(r.get("rank", "0") or 0)))
+        # the rank becomes a key of the report: a user's "rank=statuses" must not overwrite another
+        if not rec["rank"].isdigit() or len(rec["rank"]) > 6:
+            ignored.add(f"{APPLIED_DIR}/{name}", "rank is not a number")
+            continue
+        out.append(rec)
+    return sorted(out, key=lambda r: (r.get("step", ""), int(r["rank"])))
 
 
-def report(job_dir: str | Path) -> dict[str, Any] | None:
+def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[str, Any] | None:
     """The job's affinity for its report: per rank (latest step) GPU, NUMA node, CPUs, what happened.
 
     ``{"<rank>": {"gpu", "numa", "cpus": [..], "status", "mem", "step"}, "statuses": {status: n},
@@ -194,7 +205,7 @@ def report(job_dir: str | Path) -> dict[str, Any] | None:
     if planned is None and parsed is None:
         return None
     out: dict[str, Any] = dict(planned or {})
-    records = _applied_in(d / APPLIED_DIR)
+    records = _applied_in(d / APPLIED_DIR, ignored)
     if records:
         out = {k: v for k, v in out.items() if not k.isdigit()}  # what tasks applied replaces the plan
         # the latest step of each rank; the batch step counts only where no srun step ran

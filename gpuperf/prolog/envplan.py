@@ -8,7 +8,6 @@ config, ``--gpuperf=off``) the cache says why and holds no variables, so the Tas
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from gpuperf import jobstate, log
+from gpuperf import jobstate, log, safeio
 from gpuperf.env import policy as envpolicy
 from gpuperf.env.policy import EnvPlan, JobShape
 from gpuperf.env.ncclver import nccl_system
@@ -167,35 +166,31 @@ def _give_to_user(path: Path, uid: int | None, mode: int) -> None:
         log.get("env").warning("cannot give %s to uid %s: %s", path, uid, e.strerror)
 
 
-def _read_user_json(path: Path) -> Any | None:
-    # env/ belongs to the job's user: never follow a link planted there into a file root may read
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd) as f:
-            return json.loads(f.read(65536))
-    except (OSError, ValueError):
-        return None
+STEP_MAX_BYTES = 64 << 10  # one step's exports: a few hundred bytes (user-forced values included)
 
 
-def report(job_dir: str | Path) -> dict[str, Any] | None:
+def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[str, Any] | None:
     """For the job's report: the plan (env.json) with per-task values filled in from what the steps exported.
 
     ``{"vars": [{"name", "value", "reason", "rule"}], "skipped", "notes", "disabled",
     "steps": {step: {"exported": [[n, v]], "user_kept": [...], "user_forced": {n: v}}}}``; None without a plan.
     """
     d = Path(job_dir)
-    plan = jobstate.read_json(d / envtask.CACHE)
+    ignored = ignored if ignored is not None else safeio.Ignored()
+    # env.json and env/ belong to the job's user (its TaskProlog reads and writes them): safeio only
+    plan = safeio.read_json(d / envtask.CACHE, ignored=ignored)
     if not isinstance(plan, dict):
         return None
     steps: dict[str, Any] = {}
-    task_dir = d / envtask.TASK_DIR
-    for p in sorted(task_dir.glob("step-*.json")) if task_dir.is_dir() else []:
-        rec = _read_user_json(p)
+    for name, data in safeio.read_dir(d / envtask.TASK_DIR, max_bytes=STEP_MAX_BYTES, ignored=ignored,
+                                      prefix="step-", suffix=".json", label=envtask.TASK_DIR):
+        try:
+            rec = safeio.parse_json(data.decode("utf-8", "replace"))
+        except ValueError as e:
+            ignored.add(f"{envtask.TASK_DIR}/{name}", f"not JSON ({str(e)[:80]})")
+            continue
         if isinstance(rec, dict):
-            steps[str(rec.get("step") or p.stem[5:])] = {k: rec.get(k) for k in ("exported", "user_kept", "user_forced")}
+            steps[str(rec.get("step") or name[5:-5])[:64]] = {k: rec.get(k) for k in ("exported", "user_kept", "user_forced")}
     seen: dict[str, str] = {}
     for rec in steps.values():
         for pair in rec.get("exported") or []:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpuperf import jobstate
+from gpuperf import jobstate, safeio
 
 # the plan as data and the per-task decisions, not the node's policy (``env.policy``): this runs in
 # every task, and ``tests/unit/test_hook_imports.py`` keeps its imports light
@@ -118,7 +118,8 @@ def _cache_file(cfg: Any, job_id: int) -> str:
 
 def read_cache(cfg: Any, job_id: int) -> dict[str, Any] | None:
     """The prolog's plan for this job, or None."""
-    return jobstate.read_json(_cache_file(cfg, job_id))
+    # the job's user owns env.json (its own TaskProlog reads it, and so may gpuperf-run): safeio
+    return safeio.read_json(_cache_file(cfg, job_id))
 
 
 def step(ctx: Any, cfg: Any, state: Any) -> None:

@@ -161,6 +161,8 @@ def _summary_html(s: dict) -> str:
              f"{_n(job.get('energy_kwh'), 3)} kWh</div>"]
     if q.get("partial"):
         parts.append(f"<div class='partial'>Partial summary: {_e('; '.join(q.get('reasons') or []))}</div>")
+    for reason in q.get("ignored") or []:
+        parts.append(f"<div class='partial'>{_e(reason)}</div>")
     diag = [f"<div class='diag'><span class='cls' id='diagnosis-class'>{_e(str(d.get('class') or 'unknown').replace('_', '-'))}</span>"]
     if d.get("busy_class"):
         diag.append(f" <span class='sub'>(working GPUs: {_e(str(d['busy_class']).replace('_', '-'))})</span>")

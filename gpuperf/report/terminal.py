@@ -211,6 +211,8 @@ def _quality(s: dict) -> Text:
     t = Text(f"{q.get('samples', 0)} samples, {q.get('gaps', 0)} gap(s) totalling {q.get('gap_s') or 0:.0f} s", style="dim")
     if q.get("nodes_missing"):
         t.append(f"; no summary from {', '.join(q['nodes_missing'])}", style="yellow")
+    for reason in q.get("ignored") or []:
+        t.append(f"\n{reason}", style="yellow")
     if (s.get("truncated")):
         t.append(f"; from the AdminComment without {', '.join(s['truncated'])}", style="dim")
     return t

@@ -183,3 +183,28 @@ def test_short_lived_children_count_through_their_parent():
     finally:
         sh.kill()
         sh.wait()
+
+
+def test_a_process_of_another_user_cannot_claim_a_job_by_its_environment(tmp_path):
+    # job 55 is registered to uid 1000; uid 1234 starts a GPU program with SLURM_JOB_ID=55 (its own job 66
+    # in its parent's environment): the claim is refused and the process is attributed to its own job
+    _fake_proc(tmp_path, 300, 299, b"SLURM_JOB_ID=55\0", "0::/a\n")
+    _fake_proc(tmp_path, 299, 1, b"SLURM_JOB_ID=66\0", "0::/a\n")
+    _fake_proc(tmp_path, 310, 1, b"SLURM_JOB_ID=55\0", "0::/b\n")      # the job's own process
+    for pid, uid in ((300, 1234), (299, 1234), (310, 1000)):
+        os.chown(tmp_path / "proc" / str(pid), uid, -1)
+    uids = {55: 1000, 66: 1234}
+    attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"), job_uid=uids.get)
+    assert attr.job_of(300) == 66
+    assert attr.job_of(310) == 55
+    # without registrations (job_uid unset) the environment is all there is: the old behaviour
+    assert Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg")).job_of(300) == 55
+
+
+def test_a_huge_environment_is_scanned_in_bounded_chunks(tmp_path):
+    big = b"".join(b"X%d=" % i + b"y" * 100_000 + b"\0" for i in range(60))        # ~6 MiB, as the kernel allows
+    _fake_proc(tmp_path, 400, 1, big + b"SLURM_JOB_ID=77\0", "0::/a\n")
+    _fake_proc(tmp_path, 401, 1, big * 2 + b"SLURM_JOB_ID=78\0", "0::/a2\n")       # past the bound: not read on
+    attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"))
+    assert attr.job_of(400) == 77
+    assert attr.job_of(401) is None
