@@ -84,6 +84,8 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         self.slurm_uid = _uid_of(cfg.general.slurm_user)
         self.admin_uids = {u for u in (_uid_of(n) for n in cfg.general.admin_users) if u is not None} | {0}
         self.running: dict[int, RunningJob] = {}
+        # a process's SLURM_JOB_ID is believed only from the registered job's user (attribution.py)
+        self.attr.job_uid = lambda j: self.running[j].reg.get("uid") if j in self.running else None
         self.stats: dict[str, float] = {"sweeps": 0, "skipped": 0, "errors": 0, "mismatches": 0, "sweep_s": 0.0,
                                         "requests": 0, "bad_requests": 0}
         self.latest: list[GpuSample] = []

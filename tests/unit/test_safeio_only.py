@@ -46,6 +46,10 @@ ALLOWED = {
     's = jobstate.read_json(jobstate.job_dir(cfg.general.run_dir, job_id) / "node_summary.json")': "root's file",
     'with open(args.html, "w", encoding="utf-8") as f:': "a write, to the caller's own path",
     "self.open()": "the daemon opening its own store and sockets",
+    'with open(os.path.join(self.proc_root, str(pid), "environ"), "rb", buffering=0) as f:':
+        "/proc/PID/environ: read in bounded chunks by attribution._scan_environ",
+    'with open(os.path.join(attr.proc_root, key.split(":", 1)[0], "cgroup")) as f:': "/proc/PID/cgroup (kernel)",
+    'f = open(d / "daemon.lock", "a+")': "daemon state dir (root's)",
 }
 
 
