@@ -53,6 +53,12 @@ def _positive(v: float) -> None:
         raise ValueError("must be > 0")
 
 
+def _hook_bound(v: float) -> None:
+    # above an hour a hook is not bounded in any useful sense (Slurm's own timeouts are minutes)
+    if not 0 < v <= 3600:
+        raise ValueError("must be > 0 and <= 3600 seconds")
+
+
 def _report_thresholds(v: dict) -> None:
     # imported here: only a config that sets thresholds pays for the diagnosis module
     from gpuperf.diagnosis import resolve_thresholds
@@ -173,6 +179,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "probe_every_s": Key(float, 0.0, "the daemon probes an idle node this often; 0: only gpuperf check --deep"),
         "probe_timeout_s": Key(float, 120.0, "time limit of one probe run (all GPUs of the node)", validate=_positive),
     },
+    "watchdog": {
+        # below Slurm's PrologEpilogTimeout (packaging/slurm.conf.snippet states the margin)
+        "prolog_s": Key(float, 60.0, "the prolog's work ends after this; it exits 0 (unless a drain was decided)", validate=_hook_bound),
+        "epilog_s": Key(float, 60.0, "the epilog's work ends after this; it exits 0", validate=_hook_bound),
+        "taskprolog_s": Key(float, 10.0, "the TaskProlog's work ends after this (the task then starts); exit 0", validate=_hook_bound),
+    },
 }
 
 
@@ -271,6 +283,7 @@ def parse(text: str, path: str = "<string>") -> Config:
             cfg.data[section][key] = _check(path, full, spec, value, line)
     cfg.source = path
     return cfg
+
 
 
 def _check(path: str, full: str, spec: Key, value: Any, line: int | None) -> Any:

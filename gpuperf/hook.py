@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from gpuperf import hookconf, jobctx, jobstate
+from gpuperf import hookconf, jobctx, jobstate, watchdog
 from gpuperf.guard import main_guard  # noqa: F401 - the hooks' entry points import it from here
 
 TYPE_CHECKING = False
@@ -88,6 +88,15 @@ def run_hook(name: str, steps: list[tuple[str, str]], env: dict[str, str] | None
              state: HookState | None = None) -> int:
     """Run a hook's steps; returns the process exit code (0 unless a step gave a verdict)."""
     cfg = hookconf.load_or_defaults()
+    watchdog.arm(name, watchdog.bound_of(cfg, name), cfg.general.log_file)  # whatever the job did, bounded
+    try:
+        return _run_hook(name, steps, cfg, env, record, state)
+    finally:
+        watchdog.disarm()
+
+
+def _run_hook(name: str, steps: list[tuple[str, str]], cfg: config_mod.Config, env: dict[str, str] | None,
+              record: bool, state: HookState | None) -> int:
     logger = HookLog(name, cfg)
     ctx = jobctx.from_env(name, env)
     state = state or HookState(env)

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from gpuperf import log
+from gpuperf import log, watchdog
 from gpuperf.checks import base, policy
 from gpuperf.hook import HookVerdict
 
@@ -80,6 +80,7 @@ def act_on_failure(node: str | None, job_id: int | None, failing: list[base.Chec
         rec["action"] = f"none (safety bound: {bound.describe()})"
         logger.error("job %s: NOT draining %s although unhealthy: %s; %s", job_id, node, reason, bound.describe())
         return
+    watchdog.decided(EXIT_UNHEALTHY)  # should the bound pass while draining, the exit stays non-zero
     rec["drain"] = _drain(slurm, node, nodes.get(node, ("", "")), reason)
     if job_id is not None:
         rec["requeue"] = _requeue(slurm, job_id)
