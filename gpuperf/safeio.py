@@ -13,16 +13,20 @@ another job's file, a 1 GB sparse file, or one of 100,000 entries. Here every re
 - decodes UTF-8 with replacement and JSON with a bound on nesting (``RecursionError`` is refused).
 
 Each refusal is a reason (``record ignored: <name>: <why>``) added to an ``Ignored`` that the caller
-puts in the job's report, and logged once per process. Standard library only: the hooks import it.
+puts in the job's report, and logged once per process. The hooks import it: standard library only,
+``logging`` imported on the first refusal, JSON through ``gpuperf.jsonlite`` (no ``json``/``re``).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import stat
-from typing import Any
+from typing import TYPE_CHECKING
+
+from gpuperf import jsonlite
+
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_BYTES = 1 << 20          # a task's record is under 1 KiB; env.json of a big plan ~ 20 KiB
 MAX_ENTRIES = 4096           # ranks x steps of one job on one node; more is not a real job
@@ -51,6 +55,8 @@ class Ignored:
             self.reasons.append(text)
         if text not in _logged and len(_logged) < 10000:
             _logged.add(text)
+            import logging  # only once something was refused: the TaskProlog's common case stays light
+
             logging.getLogger("gpuperf.safeio").warning("%s", text)
 
     def shown(self) -> list[str]:
@@ -169,7 +175,7 @@ def read_text(path: str | os.PathLike[str], **kw: Any) -> str | None:
 def parse_json(data: bytes | str) -> Any:
     """JSON of a user-written record; ValueError for bad or too deeply nested JSON."""
     try:
-        return json.loads(data)
+        return jsonlite.loads(data)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
