@@ -50,6 +50,9 @@ ALLOWED = {
         "/proc/PID/environ: read in bounded chunks by attribution._scan_environ",
     'with open(os.path.join(attr.proc_root, key.split(":", 1)[0], "cgroup")) as f:': "/proc/PID/cgroup (kernel)",
     'f = open(d / "daemon.lock", "a+")': "daemon state dir (root's)",
+    'with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as f:':
+        "a recording named on the caller's own command line (tests, demos)",
+    'with open(dest, "w", encoding="utf-8") as f:': "a write, to the caller's own path",
 }
 
 
