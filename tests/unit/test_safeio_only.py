@@ -53,6 +53,10 @@ ALLOWED = {
     'with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as f:':
         "a recording named on the caller's own command line (tests, demos)",
     'with open(dest, "w", encoding="utf-8") as f:': "a write, to the caller's own path",
+    'self.log = open(log_path, "a", buffering=1) if log_path else None': "a write, to the controller's own log",
+    'entries = [e for e in os.scandir(spool) if e.name.endswith(SUFFIX) and not e.name.startswith(".")]':
+        "controller.spool_dir: SlurmUser's, made with umask 077 by gpuperf-epilog-slurmctld",
+    "out.append((p, parse(p.read_text(), e.stat().st_mtime)))": "a notice in the SlurmUser-only spool dir",
 }
 
 
