@@ -97,7 +97,7 @@ def roofline_figure(s: dict) -> go.Figure | None:
     fig.add_vline(x=ridge, line_dash="dot", line_color="grey")
     spec_pts = []
     for g in s.get("gpus") or []:
-        pt = _gpu_point(g, peak, bw, e.get("peak_fp32_tflops"))
+        pt = _gpu_point(g)
         if pt:
             spec_pts.append((f"GPU {g.get('node')}:{g.get('gpu')}", *pt))
     if spec_pts:
@@ -114,7 +114,7 @@ def roofline_figure(s: dict) -> go.Figure | None:
     return fig
 
 
-def _gpu_point(g: dict, peak: float, bw: float, fp32_peak: float | None) -> tuple[float, float] | None:
+def _gpu_point(g: dict) -> tuple[float, float] | None:
     """(FLOP per DRAM byte, TFLOP/s) of one GPU, estimated as the summary's estimates are (clock-scaled)."""
     spec = gpuspecs.lookup(g.get("name"))
     if spec is None:
