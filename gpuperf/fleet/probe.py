@@ -21,7 +21,9 @@ from typing import Any, Callable
 from gpuperf import jobstate
 
 SCRIPT = Path(__file__).with_name("probe_script.py")
-NODE_TOL = 0.10            # a GPU this much below the best of its model on the node is slow
+# a GPU this much below the best of its model on the node is slow: loose, because boards differ at the
+# power cap (measured on 2x H200: 793 vs 685 TFLOP/s bf16 GEMM, 14%); the fleet's robust spread is finer
+NODE_TOL = 0.25
 RESULTS = "fleet-probe.json"
 FIGURES = (("gemm_tflops", "probe_tflops", "GEMM", "TFLOP/s"), ("membw_gbs", "probe_membw_gbs", "memory copy", "GB/s"),
            ("p2p_link_gbs", "probe_p2p_gbs", "P2P (median link)", "GB/s"))
