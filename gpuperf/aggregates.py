@@ -37,6 +37,7 @@ _ZERO = 1e-9
 GAP_FACTOR = 5.0               # silence longer than this many intervals is a gap
 IDLE_SM_ACTIVE_PCT = 1.0       # with no NVML util, SM active below this is idle
 MAX_FOREIGN = 32               # foreign processes kept per GPU (first seen)
+MAX_XIDS = 32                  # XID events kept per GPU (first seen; a storm is counted in xid_count)
 # nvmlClocksEventReasons bits (nvml.h) -> contract names
 THROTTLE_BITS: dict[str, int] = {
     "sw_power_cap": 0x4,
@@ -133,6 +134,8 @@ class GpuAggregate:
     power_limit_w: float | None = None
     foreign: dict[str, dict[str, Any]] = field(default_factory=dict)
     load: LoadStats = field(default_factory=LoadStats)    # under load / in communication phases (fleet)
+    xids: list[dict[str, Any]] = field(default_factory=list)   # NVML XID events while the job ran
+    xid_count: int = 0
 
     def fold(self, s: GpuSample, w_s: float, sharing: int = 1) -> None:
         """Fold one sample weighing ``w_s`` seconds; ``sharing`` is the number of jobs on the GPU."""
@@ -194,6 +197,12 @@ class GpuAggregate:
         elif len(self.foreign) < MAX_FOREIGN:
             self.foreign[key] = {"pid": pid, "job_id": job_id, "first_t": t, "last_t": t}
 
+    def note_xid(self, xid: int, t: float) -> None:
+        """An XID event on this GPU while the job ran."""
+        self.xid_count += 1
+        if len(self.xids) < MAX_XIDS:
+            self.xids.append({"xid": int(xid), "t": t})
+
     def energy(self, last_sample_t: float | None, interval_s: float) -> tuple[float | None, str]:
         """(energy_j, source): the counter when usable, else integrated power."""
         counter_fresh = (self.energy_last_t is not None and last_sample_t is not None
@@ -223,6 +232,8 @@ class GpuAggregate:
             "name": self.name,
             "uuid": self.uuid,
             "load": self.load.to_dict(),
+            "xids": [dict(x) for x in self.xids],
+            "xid_count": self.xid_count,
             "shared": self.shared_s > 0,
             "shared_s": self.shared_s,
             "foreign_processes": [dict(v) for v in self.foreign.values()],
@@ -236,7 +247,8 @@ class GpuAggregate:
                 "power_energy_j": self.power_energy_j, "shared_s": self.shared_s,
                 "energy_start_j": self.energy_start_j, "energy_last_j": self.energy_last_j,
                 "energy_last_t": self.energy_last_t, "counter_ok": self.counter_ok, "name": self.name,
-                "uuid": self.uuid, "load": self.load.to_state(), "mem_total_mib": self.mem_total_mib, "power_limit_w": self.power_limit_w,
+                "uuid": self.uuid, "load": self.load.to_state(), "xids": [dict(x) for x in self.xids],
+                "xid_count": self.xid_count, "mem_total_mib": self.mem_total_mib, "power_limit_w": self.power_limit_w,
                 "foreign": {k: dict(v) for k, v in self.foreign.items()}}
 
     @classmethod
@@ -252,6 +264,7 @@ class GpuAggregate:
         g.foreign = {str(k): dict(v) for k, v in d["foreign"].items()}
         g.uuid = d.get("uuid")      # states checkpointed before the fleet figures have neither
         g.load = LoadStats.from_state(d.get("load"))
+        g.xids, g.xid_count = [dict(x) for x in d.get("xids") or []], int(d.get("xid_count") or 0)
         return g
 
 

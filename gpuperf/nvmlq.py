@@ -72,3 +72,43 @@ def shutdown() -> None:
             except Exception:  # noqa: BLE001
                 pass
         _state.update(init=False, error=None, mod=None)
+
+
+class XidEvents:
+    """NVML's critical-XID events of some GPUs (nvmlEventSetCreate / nvmlDeviceRegisterEvents), polled
+    without waiting (nvmlEventSetWait, timeout 0) from the daemon's loop. A GPU that cannot deliver
+    events (NotSupported, no permission) is left out and logged once; ``watched`` lists the others."""
+
+    def __init__(self, indices: list[int]):
+        m = self.m = nvml()
+        self.set = m.nvmlEventSetCreate()
+        self.watched: list[int] = []
+        for i in indices:
+            try:
+                h = m.nvmlDeviceGetHandleByIndex(i)
+                m.nvmlDeviceRegisterEvents(h, m.nvmlEventTypeXidCriticalError, self.set)
+                self.watched.append(i)
+            except m.NVMLError as e:
+                _warn_once(f"nvmlDeviceRegisterEvents({i})", str(e))
+        self._wait = getattr(m, "nvmlEventSetWait_v2", None) or m.nvmlEventSetWait
+
+    def poll(self, max_events: int = 64) -> list[tuple[int, int]]:
+        """Events that arrived since the last poll: (GPU index, XID), without blocking."""
+        m, out = self.m, []
+        while len(out) < max_events:
+            try:
+                data = self._wait(self.set, 0)
+            except m.NVMLError as e:
+                if getattr(e, "value", None) != getattr(m, "NVML_ERROR_TIMEOUT", -1):  # timeout: nothing pending
+                    _warn_once("nvmlEventSetWait", str(e))
+                break
+            if data.eventType & m.nvmlEventTypeXidCriticalError:
+                out.append((int(m.nvmlDeviceGetIndex(data.device)), int(data.eventData)))
+        return out
+
+    def close(self) -> None:
+        """Free the event set."""
+        try:
+            self.m.nvmlEventSetFree(self.set)
+        except Exception:  # noqa: BLE001 - NVML already shut down
+            pass

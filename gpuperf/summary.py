@@ -120,6 +120,9 @@ def _gpu_summary(node: str, index: str, g: dict) -> dict[str, Any]:
     if foreign:
         # processes of other jobs (or of none) on an allocated GPU: the figures above include their work
         out["foreign_processes"] = len(foreign)
+    if g.get("xid_count"):
+        # NVML XID events while the job ran on this GPU (the daemon's event poll)
+        out["xids"] = {"count": int(g["xid_count"]), "codes": sorted({int(x["xid"]) for x in g.get("xids") or []})}
     return out
 
 

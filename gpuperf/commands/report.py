@@ -174,7 +174,9 @@ def run(args: argparse.Namespace) -> int:
         if series:
             # the series add evidence (bursts) the summary alone cannot show
             s = dict(s, diagnosis=diagnosis.diagnose(s, series, cfg.report.thresholds).to_dict())
-        page = html.render(s, series, cfg.report.html_max_points)
+        from gpuperf.fleet.jobview import job_fleet
+
+        page = html.render(s, series, cfg.report.html_max_points, fleet=job_fleet(cfg, s))
         try:
             with open(args.html, "w", encoding="utf-8") as f:
                 f.write(page)

@@ -1,10 +1,12 @@
 """Sampling and attribution (a mixin of ``Daemon``): one sweep is sampled, stored, checked against the
-registered jobs, folded into each running job's aggregates, and energy counters are read when due."""
+registered jobs, folded into each running job's aggregates, energy counters are read when due, and
+NVML's XID events are polled (``xids``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpuperf.daemon import xids
 from gpuperf.daemon.attribution import mismatches
 from gpuperf.samplers.base import GpuSample
 
@@ -23,6 +25,7 @@ class SamplingMixin:
     latest_t: float | None
     _seen_mismatch: set[tuple[int, int, int | None]]
     _energy_t: float
+    xid_source: Any
 
     def sweep(self) -> None:
         """One sampling sweep: sample, store, attribute, fold, the due chores, then publish."""
@@ -39,6 +42,8 @@ class SamplingMixin:
         try:
             self.fold(t, samples)
             self.chores.run_due(t)  # type: ignore[attr-defined]
+            if self.xid_source is not None:
+                self._in_store(xids.fold, self.xid_source, t, self.running, self.store, self.log)  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - disk full, a locked store: this sweep is lost, not the daemon
             self._count_error(f"sweep at {t:.0f} not kept", e)
             self._rollback()  # type: ignore[attr-defined]

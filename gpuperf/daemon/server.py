@@ -30,7 +30,7 @@ import time
 from typing import IO, Any, Callable
 
 from gpuperf import log
-from gpuperf.daemon import hostscan
+from gpuperf.daemon import hostscan, xids
 from gpuperf.daemon.attribution import Attributor
 from gpuperf.daemon.channels import Channels, pub_endpoint  # noqa: F401 - part of this module's interface
 from gpuperf.daemon.chores import Chore, Chores, Ticks
@@ -69,7 +69,7 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
     def __init__(self, cfg: Any, sampler: Sampler, node: str | None = None,
                  health_fn: HealthFn | None | bool = True,
                  attributor: Attributor | None = None, clock: Callable[[], float] = time.time,
-                 metrics: bool = True, send_summaries: bool = True):
+                 metrics: bool = True, send_summaries: bool = True, xid_source: Any = True):
         self.cfg = cfg
         self.sampler = sampler
         self.gpu_names = gpu_names(sampler)
@@ -80,6 +80,8 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         self.interval_s = float(getattr(sampler, "interval_s", None) or cfg.daemon.interval_s)
         self.health_fn = health_from_checks(cfg) if health_fn is True else (health_fn or None)
         self.attr = attributor or Attributor()
+        # NVML's XID events for an NVML sampler; tests hand in their own source (or None)
+        self.xid_source = xids.open_source(sampler, self.log) if xid_source is True else xid_source
         self.want_metrics = metrics and cfg.daemon.metrics_port > 0
         self.slurm_uid = _uid_of(cfg.general.slurm_user)
         self.admin_uids = {u for u in (_uid_of(n) for n in cfg.general.admin_users) if u is not None} | {0}
@@ -155,6 +157,9 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
             self.channels.close()
             self.channels = None
         self.deliveries.close()
+        if self.xid_source is not None and hasattr(self.xid_source, "close"):
+            self.xid_source.close()
+            self.xid_source = None
         if self._lockfile is not None:
             self._lockfile.close()
             self._lockfile = None

@@ -145,8 +145,9 @@ class FleetStore:
         try:
             for g in entries:
                 pr = g.get("probe") if isinstance(g.get("probe"), dict) else None
+                codes = [int(x) for x in g.get("xids") or [] if isinstance(x, (int, float))]
                 self._update(node, int(g["gpu"]), g.get("uuid") or "", g.get("name") or "unknown", t,
-                             job_sums(g), g.get("xids") or [], probe=pr)
+                             job_sums(g), codes, probe=pr, xid_count=max(int(g.get("xid_count") or 0), len(codes)))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -166,7 +167,7 @@ class FleetStore:
             raise
 
     def _update(self, node: str, idx: int, uuid: str, model: str, t: float, add: dict[str, float] | None,
-                xids: list[Any], probe: dict[str, Any] | None = None) -> None:
+                xids: list[int], probe: dict[str, Any] | None = None, xid_count: int = 0) -> None:
         cur = self.db.execute("SELECT * FROM gpus WHERE node=? AND idx=? AND uuid=?", (node, idx, uuid)).fetchone()
         old = dict(cur) if cur is not None else None
         if old is None:
@@ -189,9 +190,10 @@ class FleetStore:
             row.update(vals)
             sets.update(vals)
             sets["probe_t"] = row["probe_t"] = pt
-        if xids:
-            sets["xids"] = int(row.get("xids") or 0) + len(xids)
-            sets["xid_last"] = json.dumps(xids[-5:])
+        if xids or xid_count:
+            sets["xids"] = int(row.get("xids") or 0) + max(xid_count, len(xids))
+            last = json.loads(row.get("xid_last") or "[]") + xids   # the last few codes, for the evidence
+            sets["xid_last"] = json.dumps(last[-5:])
         self.db.execute(f"UPDATE gpus SET {', '.join(f'{k}=?' for k in sets)} WHERE node=? AND idx=? AND uuid=?",
                         (*sets.values(), node, idx, uuid))
         after = derive(row)

@@ -106,7 +106,9 @@ def node_figures(aggregates: dict[str, Any], names: dict[str, Any] | None = None
         if not isinstance(g, dict) or not isinstance(g.get("load"), dict):
             continue  # aggregates from before the fleet figures
         e = {"gpu": int(idx), "uuid": g.get("uuid"), "name": g.get("name") or (names or {}).get(str(idx)),
-             "seconds": g.get("seconds"), "load": g["load"], "xids": list(g.get("xids") or [])}
+             "seconds": g.get("seconds"), "load": g["load"],
+             "xids": [int(x["xid"]) for x in g.get("xids") or [] if isinstance(x, dict) and "xid" in x],
+             "xid_count": int(g.get("xid_count") or 0)}
         pr = (probes or {}).get(str(idx))
         if isinstance(pr, dict) and (pr.get("uuid") in (None, g.get("uuid")) or g.get("uuid") is None):
             e["probe"] = pr

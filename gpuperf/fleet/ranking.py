@@ -7,6 +7,7 @@ floor). A GPU is flagged on a metric when the deviation is at least ``z`` *and* 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,8 @@ def rank_gpu(row: dict[str, Any], stats: dict[str, dict[str, float]], z: float =
             r.flagged = True
             r.evidence.append(_evidence(rule, x, st["median"], row))
     if r.xids:
-        r.evidence.append(f"{r.xids} XID event(s), last {row.get('xid_last') or '?'}")
+        codes = ", ".join(map(str, json.loads(row.get("xid_last") or "[]"))) or "?"
+        r.evidence.append(f"{r.xids} XID event(s) while jobs ran (last: XID {codes})")
     return r
 
 

@@ -17,7 +17,7 @@ import plotly.offline
 
 from gpuperf import gpuspecs
 from gpuperf.diagnosis import roofline
-from gpuperf.report import terminal
+from gpuperf.report import fleetsection, terminal
 
 # chart id, title, unit, the series fields summed into the line, scale to the unit
 CHARTS: tuple[tuple[str, str, str, tuple[str, ...], float], ...] = (
@@ -198,8 +198,9 @@ def _summary_html(s: dict) -> str:
     return "\n".join(parts)
 
 
-def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 2000) -> str:
-    """The whole page: summary, diagnosis, time-series charts per GPU, roofline; plotly.js inline."""
+def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 2000, fleet: dict | None = None) -> str:
+    """The whole page: summary, diagnosis, fleet health (``fleet``: ``gpuperf.fleet.jobview``), time-series
+    charts per GPU, roofline; plotly.js inline."""
     figs: list[tuple[str, go.Figure]] = []
     if series:
         for cid, title, unit, fields, scale in CHARTS:
@@ -209,7 +210,7 @@ def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 200
     roof = roofline_figure(s)
     if roof is not None:
         figs.append(("chart-roofline", roof))
-    body = [_summary_html(s)]
+    body = [_summary_html(s), fleetsection.render(s, fleet)]
     if not series:
         body.append("<p class='note' id='no-series'>No time series: the node's store no longer holds this job "
                     "(summary from the controller or sacct).</p>")
