@@ -10,7 +10,9 @@ in the same run; the full prolog path unchanged or faster. Each round runs, one 
 Interleaving puts every row under the same machine load; the ratio to ``bare`` is the figure that
 travels between machines. Each prolog's job has a cpuset cgroup (a fake tree, ``affinity.cgroup_root``)
 as ``PrologFlags=Contain`` gives it on a node, so its CPUs come from there, not from an scontrol call. Also prints each row's child CPU time (user+sys) and the load average.
-``--baseline DIR`` adds the same hooks run from another checkout (``git archive REV | tar -x -C DIR``).
+``--baseline DIR`` adds the same hooks run from another checkout (``git archive REV | tar -x -C DIR``),
+served by a daemon of that checkout (the daemon declines a hook whose settings differ from its own,
+and a newer schema makes the settings differ).
 
   python3 benchmarks/hook_latency.py [--rounds 40] [--baseline /tmp/gpuperf-base]
 """
@@ -60,6 +62,25 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))]
 
 
+def baseline_daemon(checkout: Path, extra: str) -> BenchDaemon:
+    """A BenchDaemon running ``checkout``'s code (its own benchmarks/daemon_cpu.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_daemon_cpu", checkout / "benchmarks" / "daemon_cpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    try:
+        spec.loader.exec_module(mod)  # it puts its checkout first on sys.path: this process keeps its own
+    finally:
+        sys.path[:] = saved
+    cwd = os.getcwd()
+    os.chdir("/")  # ``python -m`` puts the working directory first on the daemon's path: not this checkout
+    try:
+        return mod.BenchDaemon(default_backend(8), 1.0, extra)
+    finally:
+        os.chdir(cwd)
+
+
 def prolog_env(cfg_path: Path, job: int) -> dict[str, str]:
     """A Slurm prolog's environment (no PATH, FACTS.md) for ``job``."""
     return {"GPUPERF_CONFIG": str(cfg_path), "SLURM_JOB_ID": str(job), "SLURM_JOB_UID": "0",
@@ -80,11 +101,18 @@ def main() -> int:
             return 2
     tmp = Path(tempfile.mkdtemp(prefix="gpuperf-hookbench-"))
     cgroups = tmp / "cgroup"
-    d = BenchDaemon(default_backend(8), 1.0, f'[checks]\ndrain = false\n[affinity]\ncgroup_root = "{cgroups}"')
+    extra = f'[checks]\ndrain = false\n[affinity]\ncgroup_root = "{cgroups}"'
+    d = BenchDaemon(default_backend(8), 1.0, extra)
+    daemons = {"": d}
     load0 = os.getloadavg()
     try:
-        full_cfg = d.base / "full-path.toml"
-        full_cfg.write_text(d.cfg_path.read_text().replace("[daemon]", "[daemon]\nprolog_fast_path = false", 1))
+        if args.baseline:
+            daemons["baseline"] = baseline_daemon(Path(args.baseline), extra)
+        configs = {}
+        for which, dd in daemons.items():
+            full_cfg = dd.base / "full-path.toml"
+            full_cfg.write_text(dd.cfg_path.read_text().replace("[daemon]", "[daemon]\nprolog_fast_path = false", 1))
+            configs[which] = {"prolog": dd.cfg_path, "prolog-full": full_cfg}
         task_env = prepare(tmp, str(ROOT / "tests/data/nodes/hgx-h100-2s"))
         rows: dict[str, tuple[list[str], str]] = {
             "bare": ([py, "-c", "pass"], ""),
@@ -105,11 +133,12 @@ def main() -> int:
         for r in range(args.rounds + 3):  # the first 3 rounds warm the page cache
             for label, (argv, kind) in rows.items():
                 base = args.baseline if "baseline" in label else None
+                dd = daemons["baseline" if base else ""]
                 if kind == "task":
                     env = dict(task_env)
                 elif kind:
                     job += 1
-                    env = prolog_env(d.cfg_path if kind == "prolog" else full_cfg, job)
+                    env = prolog_env(configs["baseline" if base else ""][kind], job)
                     cpuset = cgroups / "cpuset" / "slurm" / "uid_0" / f"job_{job}"
                     cpuset.mkdir(parents=True)
                     (cpuset / "cpuset.effective_cpus").write_text("0-7\n")
@@ -121,10 +150,11 @@ def main() -> int:
                 if rc != 0:
                     print(f"{label}: exit {rc}", file=sys.stderr)
                 if kind.startswith("prolog"):
-                    rec = json.loads((Path(d.cfg.general.run_dir) / "jobs" / str(job) / "prolog.json").read_text())
-                    via[label].add(f'{rec["data"].get("via") or "process"}, CPUs from '
+                    rec = json.loads((Path(dd.cfg.general.run_dir) / "jobs" / str(job) / "prolog.json").read_text())
+                    why = "" if rec["data"].get("via") or kind == "prolog-full" else f' ({rec["data"].get("fast_path")})'
+                    via[label].add(f'{rec["data"].get("via") or "process"}{why}, CPUs from '
                                    f'{rec["data"].get("affinity", {}).get("cpus_source")}')
-                    client.request(d.cfg, "finalize", {"job_id": job})
+                    client.request(dd.cfg, "finalize", {"job_id": job})
                     if r >= 3:
                         steps_ms[label].append(sum(st.get("ms") or 0.0 for st in rec["steps"].values()))
                 elif kind == "task":
@@ -133,7 +163,8 @@ def main() -> int:
                     wall[label].append(w)
                     cpu[label].append(c)
     finally:
-        d.stop()
+        for dd in daemons.values():
+            dd.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     load1 = os.getloadavg()
     bare = statistics.median(wall["bare"])
