@@ -34,7 +34,7 @@ def prepare(tmp: Path, root: str) -> dict[str, str]:
     code = ("from gpuperf.prolog import envplan; from gpuperf.hook import run_hook; "
             "import sys; sys.exit(run_hook('prolog', [('env', 'gpuperf.prolog.envplan:step')]))")
     subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(REPO)}, check=True,
-                   capture_output=True)
+                   capture_output=True, cwd="/")  # not the caller's directory: that may hold another checkout
     return env
 
 
