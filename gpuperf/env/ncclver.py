@@ -24,7 +24,7 @@ def soname_version(name: str) -> Version | None:
     """(X, Y, Z) of a file named ``libnccl.so.X.Y.Z`` (digits only); None for any other name."""
     if not name.startswith(SONAME_PREFIX):
         return None
-    parts = name[len(SONAME_PREFIX):].split(".")
+    parts = name.rpartition(SONAME_PREFIX)[2].split(".")  # the last one, as the regex search it replaced
     if len(parts) != 3 or not all(p.isdecimal() for p in parts):
         return None
     return parse_version(".".join(parts))
