@@ -39,12 +39,22 @@ def fake_python(tmp: Path, gpus: list[dict] | None = None, sleep_s: float = 0.0,
     return str(exe)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"    # killed, not yet reaped by init
-    except OSError:
-        return True
+def _gone(pid: int, within_s: float = 5.0) -> bool:
+    """The process has exited (or is a zombie not yet reaped) within ``within_s``: SIGKILL is delivered
+    asynchronously, and the pipe closes a moment before the exit completes."""
+    import time
+
+    end = time.monotonic() + within_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except OSError:
+            return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
 
 
 def _cfg(tmp: Path, py: str = "", **fleet) -> config.Config:
