@@ -7,17 +7,22 @@ calling ``handle(frame, uid, channel)``; the daemon's single thread calls it bet
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import zmq
 
-from gpuperf.daemon import hooksock, protocol
+from gpuperf.daemon import hooksock, protocol, ratelimit
 from gpuperf.daemon.protocol import control_endpoint, user_endpoint
 from gpuperf.daemon.pub import Publisher
 from gpuperf.daemon.startup import DaemonError
 
 HARD_MAX_BYTES = 1024 * 1024       # libzmq drops the connection above this (protocol.MAX_BYTES answers)
+# the user socket is open to every local user: its requests are small, and a user's queued requests
+# must not hold the daemon's memory (libzmq queues up to RCVHWM messages per connection)
+USER_MAX_BYTES = 64 * 1024
+USER_RCVHWM = 8
 
 Handler = Callable[[bytes, "int | None", str], dict[str, Any]]
 
@@ -34,13 +39,14 @@ class Channels:
 
     def __init__(self, cfg: Any, log: Any, stats: dict[str, float]):
         self.cfg, self.log, self.stats = cfg, log, stats
+        self.user_limit = ratelimit.Buckets()
         self.ctx = zmq.Context()
         try:
             self.control = self._rep(control_endpoint(cfg))
             ud = Path(cfg.daemon.user_socket_dir)
             ud.mkdir(parents=True, exist_ok=True)
             os.chmod(ud, 0o755)
-            self.user = self._rep(user_endpoint(cfg))
+            self.user = self._rep(user_endpoint(cfg), USER_MAX_BYTES, USER_RCVHWM)
             os.chmod(ud / "user.sock", 0o666)
         except BaseException:
             self.ctx.destroy(0)  # a socket already bound is closed with it
@@ -61,10 +67,12 @@ class Channels:
             self.log.error("hook socket: cannot bind in %s: %s", cfg.daemon.socket_dir, e)
         self._sync_hook_fds()
 
-    def _rep(self, endpoint: str) -> zmq.Socket:
+    def _rep(self, endpoint: str, max_bytes: int = HARD_MAX_BYTES, rcvhwm: int | None = None) -> zmq.Socket:
         s = self.ctx.socket(zmq.REP)
         s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.MAXMSGSIZE, HARD_MAX_BYTES)
+        s.setsockopt(zmq.MAXMSGSIZE, max_bytes)
+        if rcvhwm is not None:
+            s.setsockopt(zmq.RCVHWM, rcvhwm)
         s.setsockopt(zmq.SNDTIMEO, 1000)
         try:
             s.bind(endpoint)
@@ -109,6 +117,10 @@ class Channels:
         if len(frames) != 1:
             reply = protocol.error("one frame per request")
             self.stats["bad_requests"] += 1
+        elif channel == "user" and not self.user_limit.allow(uid, time.monotonic()):
+            # one user's request loop must not take the daemon's time from sampling and the hooks
+            reply = protocol.error(f"refused: more than {ratelimit.RATE_PER_S:g} requests/s from uid {uid}")
+            self.stats["rate_limited"] = self.stats.get("rate_limited", 0) + 1
         else:
             reply = handle(frames[0].bytes, uid, channel)
         try:
