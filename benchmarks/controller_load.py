@@ -8,7 +8,7 @@ stubbed at ``--latency`` seconds per job, failing while a flag file exists) rece
 ``--nodes`` 8-GPU nodes sends: job ends at ``--rate`` per second (notice files in the spool, as
 gpuperf-epilog-slurmctld leaves them), plus ``--burst`` job ends at once a third of the way in; for
 each job its nodes' summaries (1 node for 70 % of jobs, 2, 4 or 8 for the rest; each with the
-bounded per-GPU series, ``--points`` per metric), munge-authenticated, from 48 sender threads with
+bounded per-GPU series, ``--points`` per metric, and the fleet figures a node sends), munge-authenticated, from 48 sender threads with
 the nodes' 2 s reply timeout and retries. ``--fail-s``: the database is down that long from the start.
 
 Prints: summaries/s taken in during the burst, delivery timeouts, job end -> AdminComment p50/p99,
@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 from gpuperf import series as series_mod, summary  # noqa: E402
 from gpuperf.controller import transport  # noqa: E402
+from gpuperf.report import fromrecording  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
 
 SENDERS = 48
@@ -48,8 +49,13 @@ REPLY_TIMEOUT_S = 2.0
 
 
 def template(points: int) -> dict:
-    """An 8-GPU node summary with a full series (the largest a node sends)."""
-    s = summary.node_summary(aggregates(job_id=1, node="n1", ngpus=8), context(job_id=1, node="n1"))
+    """An 8-GPU node summary from a real recording (with its fleet figures) and a full series (the largest a node sends)."""
+    rec = sorted((ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
+    if rec:
+        aggs, _ = fromrecording.replay_job(str(rec[0]), job_id=1, node="n1", gpus=8)
+        s = summary.node_summary(aggs, context(job_id=1, node="n1"))
+    else:
+        s = summary.node_summary(aggregates(job_id=1, node="n1", ngpus=8), context(job_id=1, node="n1"))
     rng = random.Random(1)
     t = [1_700_000_000.0 + i * 7.2 for i in range(points)]
     top = {"power_w": 700.0, "nvlink_tx_bps": 5e10, "nvlink_rx_bps": 5e10}
@@ -144,7 +150,8 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--fail-s", type=float, default=0.0)
     ap.add_argument("--points", type=int, default=500)
-    ap.add_argument("--writers", type=int, default=4)
+    ap.add_argument("--writers", type=int, default=8)
+    ap.add_argument("--no-fleet", action="store_true", help="summaries without fleet figures (the fleet fold's cost apart)")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
@@ -171,7 +178,10 @@ def main() -> int:
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     time.sleep(2.0)
     ps = psutil.Process(proc.pid)
-    sim = Sim(args, cfg_path, spool, template(args.points))
+    tmpl = template(args.points)
+    if args.no_fleet:
+        tmpl.pop("fleet", None)
+    sim = Sim(args, cfg_path, spool, tmpl)
     threads = [threading.Thread(target=sim.sender, daemon=True) for _ in range(SENDERS)]
     for t in threads:
         t.start()
@@ -232,6 +242,7 @@ def main() -> int:
     figures = {
         "nodes": args.nodes, "jobs": len(sim.ended), "rate_per_s": args.rate, "burst": args.burst,
         "write_latency_s": args.latency, "db_down_s": args.fail_s, "series_points": args.points,
+        "fleet_fold": not args.no_fleet, "writers": args.writers,
         "summaries": sim.delivered, "burst_ingest_per_s": round(burst_rate or 0, 1),
         "delivery_timeouts": sim.timeouts, "refused": sim.failed,
         "delivery_p99_s": round(statistics.quantiles(sim.delivery_s, n=100)[98], 3) if len(sim.delivery_s) > 100 else None,

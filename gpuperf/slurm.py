@@ -114,20 +114,22 @@ class Slurm:
 
     def sacct_rows(self, fields: tuple[str, ...], since: str, user: str | None = None,
                    timeout_s: float = 120.0) -> list[dict[str, str]]:
-        """Allocation lines of every job that ended since ``since`` (sacct's time syntax), one sacct call.
+        """Allocation lines of every job that ran since ``since`` (sacct's time syntax), one sacct call.
 
         ``user`` None: the caller's own jobs (sacct's default); ``"ALL"``: everyone's (admins)."""
-        args = ["-n", "-X", "-P", "-S", since, "-s", "CD,F,TO,CA,NF,OOM,PR,DL,RQ", "-o", ",".join(fields)]
+        # no -s: with a state filter 22.05's sacct lists nothing for a plain -S window
+        args = ["-n", "-X", "-P", "-S", since, "-o", ",".join(fields)]
         if user == "ALL":
             args.append("-a")
         elif user:
             args += ["-u", user]
         out = self.run("sacct", *args, timeout_s=timeout_s)
+        keys = [f.partition("%")[0] for f in fields]  # AdminComment%65535 -> AdminComment
         rows = []
         for line in out.splitlines():
-            vals = line.split("|")
-            if len(vals) == len(fields):
-                rows.append(dict(zip(fields, vals)))
+            vals = line.split("|", len(keys) - 1)
+            if len(vals) == len(keys):
+                rows.append(dict(zip(keys, vals)))
         return rows
 
     def admin_comment(self, job_id: int) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import queue as queue_mod
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -29,6 +30,7 @@ from gpuperf.controller import accounting, clusterstore, merge, notices
 from gpuperf.controller.collector import Collector
 from gpuperf.controller.queue import JobQueue
 from gpuperf.fleet import ingest as fleet_ingest
+from gpuperf.fleet.fingerprint import FleetStore, default_path as fleet_path
 
 TICK_S = 0.2
 GPU_CHECK_EVERY_S = 10.0
@@ -54,6 +56,7 @@ class Service:
         self.batches_out = 0
         self.started = clock()
         self._gpu_check_after: dict[int, float] = {}
+        self._fleet: FleetStore | None = None
         self._orphan_mark = 0.0  # node summaries received before this were looked at for orphans
         self.log = log.get("controller")
 
@@ -87,7 +90,8 @@ class Service:
             except queue_mod.Empty:
                 break
             seen.add(s["job_id"])
-            fleet_ingest.on_node_summary(self.cfg, s)  # never raises; may drain under fleet.policy = "drain"
+            # never raises; may drain under fleet.policy = "drain"
+            fleet_ingest.on_node_summary(self.cfg, s, store=self._fleet_store())
         for j in seen:
             st = self.queue.state(j)
             if st is None or st[0] not in ("write", "done", "unavailable"):
@@ -95,6 +99,15 @@ class Service:
             merged = self.store.job(j) or {}
             if set(self.store.node_copies(j)) - set(merged.get("nodes") or []):
                 self.store.db.execute("UPDATE ended SET state='merge' WHERE job_id=?", (j,))
+
+    def _fleet_store(self) -> FleetStore | None:
+        """The fleet store, opened once (None, and the fold opens its own, when it cannot be opened)."""
+        if self._fleet is None:
+            try:
+                self._fleet = FleetStore(fleet_path(self.cfg))
+            except (OSError, sqlite3.Error) as e:
+                self.log.warning("fleet store not opened: %s", e)
+        return self._fleet
 
     def _merge_due(self, now: float) -> None:
         wait = self.cfg.controller.merge_wait_s
@@ -239,6 +252,8 @@ class Service:
             for _ in range(self.cfg.controller.writers):
                 self.work.put(None)
             self.store.close()
+            if self._fleet is not None:
+                self._fleet.close()
 
 
 def serve(cfg, stop: threading.Event, on_ready: Callable[[str], None] | None = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -270,3 +271,49 @@ def test_end_to_end_with_the_node_daemon(slurm_cluster):
     assert decoded["quality"]["samples"] > 0 and decoded["job"]["gpu_count"] == 2
     # what the env and affinity prolog steps left in the job's dir travelled with it
     assert node in decoded["env"] and node in decoded["affinity"]
+
+
+def test_users_list_their_own_jobs_from_sacct_in_one_call(slurm_cluster):
+    """An ordinary user (no access to the controller's store) lists their jobs with class, GPU-hours,
+    waste and energy from the AdminComments, through exactly one sacct call; root sees everyone's."""
+    c = slurm_cluster
+    node = c.node_names[0]
+    with _collector(c):
+        mine = c.sbatch("sleep 2\n", "--gres=gpu:1", user=c.user)
+        _wait_running(c, mine)
+        s = _node_summary(mine, node)
+        s["user"], s["uid"] = c.user, pwd.getpwnam(c.user).pw_uid
+        assert _send(c, node, s).returncode == 0
+        assert c.wait(mine) == "COMPLETED"
+        assert _queue_state(c, mine) == "done"
+    # a shim bin dir that logs every Slurm call the command makes, then runs the real tool
+    shim = c.dir / "out" / "slurm-shim"
+    shim.mkdir(exist_ok=True)
+    calls = c.dir / "out" / "slurm-calls.log"
+    calls.write_text("")
+    calls.chmod(0o666)
+    for tool in ("sacct", "scontrol", "sacctmgr"):
+        (shim / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\nexec /usr/bin/{tool} "$@"\n')
+        (shim / tool).chmod(0o755)
+    shim.chmod(0o755)
+    cfg = c.gpuperf_config()
+    cfg["general"]["slurm_bin_dir"] = str(shim)
+    c.write_gpuperf_config(cfg)
+    try:
+        out = c.run("gpuperf", "jobs", "--since", "1h", "--json", user=c.user)
+        assert out.returncode == 0, out.stderr
+        rows = json.loads(out.stdout)
+        assert [r["job_id"] for r in rows if r["job_id"] == mine] == [mine], (out.stderr, rows, calls.read_text())
+        assert all(r["user"] == c.user for r in rows)
+        row = next(r for r in rows if r["job_id"] == mine)
+        decoded = admincomment.decode(_admin_comment(c, mine))
+        assert row["class"] == decoded["diagnosis"]["class"] and row["gpu_hours"] == decoded["job"]["gpu_hours"]
+        assert row["wasted_gpu_hours"] == decoded["job"]["wasted_gpu_hours"] and row["energy_j"] == decoded["job"]["energy_j"]
+        assert [ln.split()[0] for ln in calls.read_text().splitlines()] == ["sacct"], calls.read_text()
+        text = c.run("gpuperf", "jobs", "--since", "1h", user=c.user, check=True).stdout
+        assert str(mine) in text and row["class"] in text
+        admin = json.loads(c.run("gpuperf", "jobs", "--since", "1h", "--source", "sacct", "--json", "--limit", "0",
+                                 check=True).stdout)
+        assert mine in [r["job_id"] for r in admin]
+    finally:
+        c.reset_gpuperf_config()
