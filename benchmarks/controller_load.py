@@ -237,6 +237,9 @@ def main() -> int:
     cpu_pct = 100.0 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0)
     proc.send_signal(signal.SIGTERM)
     proc.wait(30)
+    cpu_json = Path(str(log) + ".cpu.json")
+    parts = json.loads(cpu_json.read_text()) if cpu_json.exists() else {}
+    busy = wall1 - wall0
     lat = sorted(min(t for t, _ in written[j]) - sim.ended[j] for j in written if j in sim.ended)
     store = sum(p.stat().st_size for p in (tmp / "state").glob("cluster.sqlite*"))
     figures = {
@@ -253,6 +256,8 @@ def main() -> int:
         "end_to_comment_p50_s": round(lat[len(lat) // 2], 2) if lat else None,
         "end_to_comment_p99_s": round(lat[int(len(lat) * 0.99) - 1], 2) if lat else None,
         "service_cpu_pct_of_core": round(cpu_pct, 1), "service_rss_peak_mib": round(rss_peak / 2**20, 1),
+        # the same CPU by part: collector = taking summaries in; merge = summary.merge + diagnosis; fleet = fold
+        "cpu_pct_of_core_by_part": {k: round(100.0 * v / busy, 1) for k, v in sorted(parts.items())},
         "store_mib_per_100k_jobs": round(store / max(len(sim.ended), 1) * 1e5 / 2**20, 1),
         "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
     }

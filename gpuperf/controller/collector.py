@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from typing import Any, Callable
 
 import zmq
@@ -64,6 +65,7 @@ class Collector:
         self.cfg, self.store_path, self.arrived = cfg, store_path, arrived
         self.allowed = transport.allowed_uids(cfg)
         self.received = 0
+        self.cpu_s = 0.0  # CPU of this thread taking summaries in (benchmarks, status line)
 
     def run(self, stop: threading.Event, on_ready: Callable[[str], None] | None = None) -> None:
         """Receive node summaries until ``stop`` is set."""
@@ -82,7 +84,9 @@ class Collector:
         try:
             while not stop.is_set():
                 if sock.poll(200):
+                    t0 = time.thread_time()
                     self._batch(sock, store)
+                    self.cpu_s += time.thread_time() - t0
         finally:
             sock.close()
             store.close()
