@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gpuperf.fleet.load import LoadStats
+from gpuperf.fleet.gpustate import FleetGpu
 from gpuperf.samplers.base import METRIC_FIELDS, GpuSample
 
 STATE_SCHEMA = "gpuperf.aggregates-state.v1"
@@ -37,7 +37,6 @@ _ZERO = 1e-9
 GAP_FACTOR = 5.0               # silence longer than this many intervals is a gap
 IDLE_SM_ACTIVE_PCT = 1.0       # with no NVML util, SM active below this is idle
 MAX_FOREIGN = 32               # foreign processes kept per GPU (first seen)
-MAX_XIDS = 32                  # XID events kept per GPU (first seen; a storm is counted in xid_count)
 # nvmlClocksEventReasons bits (nvml.h) -> contract names
 THROTTLE_BITS: dict[str, int] = {
     "sw_power_cap": 0x4,
@@ -133,9 +132,7 @@ class GpuAggregate:
     mem_total_mib: float | None = None
     power_limit_w: float | None = None
     foreign: dict[str, dict[str, Any]] = field(default_factory=dict)
-    load: LoadStats = field(default_factory=LoadStats)    # under load / in communication phases (fleet)
-    xids: list[dict[str, Any]] = field(default_factory=list)   # NVML XID events while the job ran
-    xid_count: int = 0
+    fleet: FleetGpu = field(default_factory=FleetGpu)   # figures under load, XIDs, error growth (gpuperf/fleet)
 
     def fold(self, s: GpuSample, w_s: float, sharing: int = 1) -> None:
         """Fold one sample weighing ``w_s`` seconds; ``sharing`` is the number of jobs on the GPU."""
@@ -176,7 +173,7 @@ class GpuAggregate:
             self.mem_total_mib = s.mem_total_mib
         if s.power_limit_w is not None:
             self.power_limit_w = s.power_limit_w
-        self.load.fold(s, w_s, THROTTLE_BITS)
+        self.fleet.fold(s, w_s, THROTTLE_BITS)
 
     def energy_reading(self, energy_j: float | None, t: float) -> None:
         """Record a reading of the cumulative energy counter (the first one is the start)."""
@@ -196,12 +193,6 @@ class GpuAggregate:
             f["last_t"] = t
         elif len(self.foreign) < MAX_FOREIGN:
             self.foreign[key] = {"pid": pid, "job_id": job_id, "first_t": t, "last_t": t}
-
-    def note_xid(self, xid: int, t: float) -> None:
-        """An XID event on this GPU while the job ran."""
-        self.xid_count += 1
-        if len(self.xids) < MAX_XIDS:
-            self.xids.append({"xid": int(xid), "t": t})
 
     def energy(self, last_sample_t: float | None, interval_s: float) -> tuple[float | None, str]:
         """(energy_j, source): the counter when usable, else integrated power."""
@@ -231,9 +222,7 @@ class GpuAggregate:
             "power_limit_w": self.power_limit_w,
             "name": self.name,
             "uuid": self.uuid,
-            "load": self.load.to_dict(),
-            "xids": [dict(x) for x in self.xids],
-            "xid_count": self.xid_count,
+            **self.fleet.to_dict(),
             "shared": self.shared_s > 0,
             "shared_s": self.shared_s,
             "foreign_processes": [dict(v) for v in self.foreign.values()],
@@ -247,8 +236,8 @@ class GpuAggregate:
                 "power_energy_j": self.power_energy_j, "shared_s": self.shared_s,
                 "energy_start_j": self.energy_start_j, "energy_last_j": self.energy_last_j,
                 "energy_last_t": self.energy_last_t, "counter_ok": self.counter_ok, "name": self.name,
-                "uuid": self.uuid, "load": self.load.to_state(), "xids": [dict(x) for x in self.xids],
-                "xid_count": self.xid_count, "mem_total_mib": self.mem_total_mib, "power_limit_w": self.power_limit_w,
+                "uuid": self.uuid, **self.fleet.to_state(),
+                "mem_total_mib": self.mem_total_mib, "power_limit_w": self.power_limit_w,
                 "foreign": {k: dict(v) for k, v in self.foreign.items()}}
 
     @classmethod
@@ -263,8 +252,7 @@ class GpuAggregate:
         g.bytes = {k: float(v) for k, v in d["bytes"].items()}
         g.foreign = {str(k): dict(v) for k, v in d["foreign"].items()}
         g.uuid = d.get("uuid")      # states checkpointed before the fleet figures have neither
-        g.load = LoadStats.from_state(d.get("load"))
-        g.xids, g.xid_count = [dict(x) for x in d.get("xids") or []], int(d.get("xid_count") or 0)
+        g.fleet = FleetGpu.from_state(d)
         return g
 
 
@@ -423,6 +411,13 @@ class JobAggregates:
                 g.fold(s, w, sharing.get(s.gpu, 1) if sharing else 1)
         self.last_t = t
         return True
+
+    def error_counters(self, counters: dict[str, dict[str, int]], at_end: bool) -> None:
+        """Record the error counters (``fleet.errors.counters``) at register or at the end."""
+        for idx, g in self.gpus.items():
+            c = counters.get(str(idx))
+            if c is not None:
+                g.fleet.note_errors(c, at_end)
 
     def energy_reading(self, readings: dict[int, float | None], t: float) -> None:
         """Record cumulative energy counter readings (gpu -> joules)."""

@@ -32,6 +32,7 @@ class JobsMixin:
     interval_s: float
     gpu_names: dict[int, str | None]
     gpu_uuids: dict[int, str | None]
+    error_counters: dict[str, dict[str, int]]
     node: str
     cfg: Any
     log: Any
@@ -50,6 +51,7 @@ class JobsMixin:
         agg = JobAggregates.new(job_id, reg["node"], reg["gpus"], start, self.interval_s, reg["cpus"], self.gpu_names,
                                 self.gpu_uuids)
         agg.partial = bool(reg["partial"])
+        agg.error_counters(self.error_counters, at_end=False)
         if now - start > GAP_FACTOR * self.interval_s:
             agg.add_gap(start, now)        # registered late (pending marker): nothing sampled before now
         st = self.store
@@ -78,6 +80,7 @@ class JobsMixin:
             agg.energy_reading(self._read_energy(), now)  # type: ignore[attr-defined]
         agg.end = end if end is not None else now
         agg.partial = agg.partial or partial
+        agg.error_counters(self.error_counters, at_end=True)
         st = self.store
         st.begin()
         st.put_aggregates(job_id, now, agg.to_state())

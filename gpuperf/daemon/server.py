@@ -40,6 +40,7 @@ from gpuperf.daemon.pub import sweep_message
 from gpuperf.daemon.sampling import SamplingMixin
 from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock, warm_prolog  # noqa: F401
 from gpuperf.daemon.workers import Deliveries, Health, HealthFn, ProbeLoop, health_from_checks
+from gpuperf.fleet import errors
 from gpuperf.samplers.base import GpuSample, Sampler
 
 ROLLUP_EVERY_S = 60.0
@@ -78,7 +79,9 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         self.clock = clock
         self.log = log.get("daemon")
         self.interval_s = float(getattr(sampler, "interval_s", None) or cfg.daemon.interval_s)
-        self.health_fn = health_from_checks(cfg) if health_fn is True else (health_fn or None)
+        self.health_fn = (health_from_checks(cfg, lambda node: self.note_node_snapshot(node.gpus)) if health_fn is True
+                          else (health_fn or None))
+        self.error_counters: dict[str, dict[str, int]] = {}   # per GPU, from the latest health read
         self.attr = attributor or Attributor()
         # NVML's XID events for an NVML sampler; tests hand in their own source (or None)
         self.xid_source = xids.open_source(sampler, self.log) if xid_source is True else xid_source
@@ -198,6 +201,10 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
     def scan_host(self) -> None:
         """Fold the running jobs' process usage and the node's NIC/IB counters."""
         hostscan.scan(self.running, self.attr, self._nonjob_pids, hostscan.sys_root(self.cfg), self.log)
+
+    def note_node_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Keep the GPUs' error counters of a node read (``gpus.v1``); jobs are charged their growth."""
+        self.error_counters = errors.counters(snapshot)   # one assignment: the loop thread reads it whole
 
     def refresh_health(self) -> None:
         """Run the fast checks now and cache the result."""

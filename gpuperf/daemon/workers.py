@@ -11,8 +11,9 @@ from gpuperf.daemon import deliver as deliver_mod
 HealthFn = Callable[[], list[dict[str, Any]]]
 
 
-def health_from_checks(cfg: Any) -> HealthFn | None:
-    """The fast checks over a fresh read of the node (None where the checks cannot be imported)."""
+def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -> HealthFn | None:
+    """The fast checks over a fresh read of the node (None where the checks cannot be imported);
+    ``on_node(node)`` sees each read (the daemon keeps the GPUs' error counters from it)."""
     try:
         from gpuperf import checks, topology
     except ImportError:
@@ -22,6 +23,8 @@ def health_from_checks(cfg: Any) -> HealthFn | None:
         node = checks.read_node(cfg)
         # the prolog steps the daemon runs read the node through load_node_once: as fresh as this read
         topology.remember(node, topology.node_root(cfg))
+        if on_node is not None:
+            on_node(node)
         return [r.to_dict() for r in checks.run_fast(node, cfg, [])]
 
     return run

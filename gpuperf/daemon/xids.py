@@ -40,7 +40,7 @@ def fold(source: XidSource | None, t: float, running: dict[int, Any], store: Any
     for gpu, xid in got:
         jobs = [jid for jid, rj in running.items() if gpu in rj.agg.gpus]
         for jid in jobs:
-            running[jid].agg.gpus[gpu].note_xid(xid, t)
+            running[jid].agg.gpus[gpu].fleet.note_xid(xid, t)
         store.add_event(t, jobs[0] if jobs else None, "xid", {"gpu": gpu, "xid": xid, "jobs": jobs})
         log.warning("XID %d on GPU %d (jobs %s)", xid, gpu, jobs or "none")
     return len(got)

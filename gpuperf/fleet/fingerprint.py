@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpuperf import statefiles
+from gpuperf.fleet.errors import COUNTERS as ERROR_COUNTERS
 
 DECAY = 0.97                 # weight of the history at each new job (half-life ~23 jobs)
 SKETCH_GAMMA = 1.005         # relative bucket width: medians within 0.25%
@@ -32,8 +33,10 @@ PROBE_FIELDS = ("probe_tflops", "probe_membw_gbs", "probe_p2p_gbs")
 # the sums a row keeps (all decayed alike)
 SUMS = (("jobs", "busy_s", "clock_ws", "clock_w", "free_ws", "free_w", "power_ws", "power_w", "temp_ws", "temp_w")
         + tuple(f"thr_{r}" for r in THROTTLE_REASONS)
-        + ("nvlink_bytes", "nvlink_s", "pcie_bytes", "pcie_s"))
-METRICS = ("clock_mhz", "clock_all_mhz", "power_w", "temp_c", "slowdown_pct", "nvlink_gbs", "pcie_gbs") + PROBE_FIELDS
+        + ("nvlink_bytes", "nvlink_s", "pcie_bytes", "pcie_s")
+        + tuple(f"err_{c}" for c in ERROR_COUNTERS))
+METRICS = ("clock_mhz", "clock_all_mhz", "power_w", "temp_c", "slowdown_pct", "nvlink_gbs", "pcie_gbs",
+           "nvlink_errors", "ecc_corrected") + PROBE_FIELDS
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS gpus (
@@ -81,6 +84,10 @@ def derive(row: dict[str, Any]) -> dict[str, float | None]:
         sec = row.get(f"{link}_s") or 0.0
         if sec >= MIN_COMM_S:
             out[f"{link}_gbs"] = row[f"{link}_bytes"] / sec / 1e9
+    if (row.get("jobs_total") or 0) >= MIN_JOBS:
+        # decayed error growth over the recent jobs (a counter NVML never gave stays 0: no evidence either way)
+        out["nvlink_errors"] = row.get("err_nvlink_errors") or 0.0
+        out["ecc_corrected"] = row.get("err_ecc_corrected") or 0.0
     for f in PROBE_FIELDS:
         out[f] = row.get(f)
     return out
@@ -107,6 +114,9 @@ def job_sums(g: dict[str, Any]) -> dict[str, float]:
         sec, bps = ld.get(f"{link}_comm_s") or 0.0, ld.get(f"{link}_comm_bps")
         if sec and bps:
             add[f"{link}_s"], add[f"{link}_bytes"] = float(sec), float(bps) * float(sec)
+    for c, v in (g.get("errors") or {}).items():
+        if c in ERROR_COUNTERS and isinstance(v, (int, float)) and v > 0:
+            add[f"err_{c}"] = float(v)
     return add
 
 
@@ -127,6 +137,10 @@ class FleetStore:
             for pragma in ("journal_mode=WAL", "synchronous=NORMAL"):
                 self.db.execute(f"PRAGMA {pragma}")
             self.db.executescript(_SCHEMA)
+            have = {r[1] for r in self.db.execute("PRAGMA table_info(gpus)")}
+            for c in SUMS:   # a store from before a sum was kept: the column starts at 0
+                if c not in have:
+                    self.db.execute(f"ALTER TABLE gpus ADD COLUMN {c} REAL NOT NULL DEFAULT 0")
         self.db.row_factory = sqlite3.Row
 
     def close(self) -> None:

@@ -108,7 +108,7 @@ def node_figures(aggregates: dict[str, Any], names: dict[str, Any] | None = None
         e = {"gpu": int(idx), "uuid": g.get("uuid"), "name": g.get("name") or (names or {}).get(str(idx)),
              "seconds": g.get("seconds"), "load": g["load"],
              "xids": [int(x["xid"]) for x in g.get("xids") or [] if isinstance(x, dict) and "xid" in x],
-             "xid_count": int(g.get("xid_count") or 0)}
+             "xid_count": int(g.get("xid_count") or 0), "errors": g.get("error_growth")}
         pr = (probes or {}).get(str(idx))
         if isinstance(pr, dict) and (pr.get("uuid") in (None, g.get("uuid")) or g.get("uuid") is None):
             e["probe"] = pr

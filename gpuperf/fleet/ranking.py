@@ -36,6 +36,8 @@ RULES = (
     Rule("temp_c", "temperature under load", "°C", "high", 1.5, 6.0),
     Rule("nvlink_gbs", "NVLink rate in communication phases", "GB/s", "low", 0.02, 0.10, 1),
     Rule("pcie_gbs", "PCIe rate in communication phases", "GB/s", "low", 0.03, 0.15, 1),
+    Rule("nvlink_errors", "NVLink error counters grew by", "over recent jobs", "high", 10.0, 100.0),
+    Rule("ecc_corrected", "corrected ECC errors grew by", "over recent jobs", "high", 10.0, 100.0),
     Rule("probe_tflops", "probe GEMM", "TFLOP/s", "low", 0.01, 0.05, 1),
     Rule("probe_membw_gbs", "probe memory bandwidth", "GB/s", "low", 0.01, 0.05),
     Rule("probe_p2p_gbs", "probe P2P bandwidth", "GB/s", "low", 0.02, 0.10, 1),
@@ -105,6 +107,9 @@ def rank_gpu(row: dict[str, Any], stats: dict[str, dict[str, float]], z: float =
         if dev >= z and material:
             r.flagged = True
             r.evidence.append(_evidence(rule, x, st["median"], row))
+    for c, label in (("ecc_uncorrected", "uncorrected ECC errors"), ("remapped_rows", "rows remapped")):
+        if (row.get(f"err_{c}") or 0) >= 0.5:   # decayed: about one event among the recent jobs
+            r.evidence.append(f"{label} while jobs ran (decayed count {row[f'err_{c}']:.1f})")
     if r.xids:
         codes = ", ".join(map(str, json.loads(row.get("xid_last") or "[]"))) or "?"
         r.evidence.append(f"{r.xids} XID event(s) while jobs ran (last: XID {codes})")
@@ -118,6 +123,8 @@ def _evidence(rule: Rule, x: float, med: float, row: dict[str, Any]) -> str:
         parts = [f"{reason} {100.0 * (row.get(f'thr_{reason}') or 0.0) / busy:.0f}%" for reason in SLOWDOWN_REASONS
                  if busy and (row.get(f"thr_{reason}") or 0.0) / busy >= 0.01]
         return f"{', '.join(parts) or 'slowdown'} of busy time over {jobs} jobs (model median {med:.0f}%)"
+    if rule.unit == "over recent jobs":
+        return f"{rule.label} {x:,.0f} {rule.unit} (model median {med:,.0f})"
     over = f" over {jobs} jobs" if not rule.metric.startswith("probe_") else ""
     return f"{rule.label} {_num(x, rule.nd)} {rule.unit}{over}, model median {_num(med, rule.nd)}"
 

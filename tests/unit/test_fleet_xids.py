@@ -104,7 +104,7 @@ def test_xids_reach_summary_fingerprint_and_report(tmp_path: Path) -> None:
     from gpuperf.summary import node_summary
 
     agg = JobAggregates.new(9, "n1", [0, 1], 0.0, 1.0, names={0: "H", 1: "H"}, uuids={0: "GPU-a", 1: "GPU-b"})
-    agg.gpus[1].note_xid(79, 5.0)
+    agg.gpus[1].fleet.note_xid(79, 5.0)
     s = node_summary(JobAggregates.from_state(agg.to_state()).to_dict(), {"job_id": 9, "node": "n1"})
     g1 = next(g for g in s["gpus"] if g["gpu"] == 1)
     assert g1["xids"] == {"count": 1, "codes": [79]} and "xids" not in s["gpus"][0]
@@ -140,3 +140,63 @@ def test_report_names_the_flagged_gpus_of_the_job(tmp_path: Path) -> None:
     assert "<h2 id='fleet'>Fleet health</h2>" in page and "GPU-synth-020-3 on n020 idx 3: SM clock under load" in page
     assert job_fleet(cfg, {"gpus": [{"node": "n021", "gpu": 0}]}, str(tmp_path / "fleet.sqlite")) == {"flagged": []}
     assert job_fleet(cfg, job, str(tmp_path / "missing.sqlite")) is None
+
+
+def _snap_with(extra_nvlink: int = 0, extra_remap: int = 0, reset: bool = False) -> dict:
+    import copy
+    import json as _json
+
+    snap = _json.loads((Path(__file__).resolve().parents[1] / "data" / "nodes" / "dgx-h100-ndr" / "gpus.json").read_text())
+    snap = copy.deepcopy(snap)
+    g1 = snap["gpus"][1]
+    g1["nvlink"]["links"][0]["errors"]["replay"] += extra_nvlink
+    g1["row_remap"]["correctable"] += extra_remap
+    if reset:
+        g1["ecc"]["volatile_corrected"] = 0
+    return snap
+
+
+def test_error_counters_from_a_recorded_snapshot_and_their_growth() -> None:
+    from gpuperf.fleet import errors
+
+    c = errors.counters(_snap_with())
+    assert set(c) == {str(i) for i in range(8)}
+    assert set(c["1"]) == {"ecc_uncorrected", "ecc_corrected", "remapped_rows", "nvlink_errors"}
+    later = errors.counters(_snap_with(extra_nvlink=7, extra_remap=1))
+    assert errors.growth(c["1"], later["1"]) == {"ecc_uncorrected": 0, "ecc_corrected": 0, "remapped_rows": 1,
+                                                 "nvlink_errors": 7}
+    assert errors.growth({"ecc_corrected": 9}, {"ecc_corrected": 2}) == {"ecc_corrected": 2}   # reset by a reload
+    assert errors.growth(None, later["1"]) is None
+
+
+def test_daemon_charges_a_job_the_error_growth_on_its_gpus(base) -> None:
+    cfg = make_cfg(base)
+    with Running(cfg, ScriptSampler(n=8), xid_source=None) as r:
+        r.d.note_node_snapshot(_snap_with())
+        assert r.call("register", {"job_id": 11, "uid": 0, "gpus": [0, 1]})["ok"]
+        r.d.note_node_snapshot(_snap_with(extra_nvlink=40, extra_remap=2))
+        aggs = r.call("finalize", {"job_id": 11})["aggregates"]
+    assert aggs["gpus"]["1"]["error_growth"]["nvlink_errors"] == 40
+    assert aggs["gpus"]["1"]["error_growth"]["remapped_rows"] == 2
+    assert aggs["gpus"]["0"]["error_growth"] == {"ecc_uncorrected": 0, "ecc_corrected": 0, "remapped_rows": 0,
+                                                 "nvlink_errors": 0}
+    assert node_figures(aggs)[1]["errors"]["nvlink_errors"] == 40
+
+
+def test_fleet_flags_a_gpu_whose_nvlink_errors_keep_growing(tmp_path: Path) -> None:
+    import random
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import fleet_synth as fs
+    from gpuperf.fleet.ranking import rank
+
+    st = FleetStore(tmp_path / "fleet.sqlite")
+    pools = fs.build_pools(random.Random(5), per_workload=6)
+    for s in fs.fleet(nodes=20, jobs=12, planted={}, seed=3, pools=pools, h200_nodes=10):
+        if s["nodes"] == ["n004"]:
+            s = dict(s, fleet=[dict(e, errors={"nvlink_errors": 40, "remapped_rows": 1}) if e["gpu"] == 6 else e
+                               for e in s["fleet"]])
+        st.ingest(s)
+    ranks = rank(st.gpus(), st.model_stats(), 5.0)
+    assert [(g.node, g.idx) for g in ranks if g.flagged] == [("n004", 6)]
+    assert "NVLink error counters grew by 4" in ranks[0].headline and "rows remapped while jobs ran" in ranks[0].headline
