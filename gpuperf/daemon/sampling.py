@@ -42,8 +42,9 @@ class SamplingMixin:
         try:
             self.fold(t, samples)
             self.chores.run_due(t)  # type: ignore[attr-defined]
-            if self.xid_source is not None:
-                self._in_store(xids.fold, self.xid_source, t, self.running, self.store, self.log)  # type: ignore[attr-defined]
+            got = xids.poll(self.xid_source, self.log)
+            if got:  # a transaction only when NVML reported something
+                self._in_store(xids.record, got, t, self.running, self.store, self.log)  # type: ignore[attr-defined]
         except Exception as e:  # noqa: BLE001 - disk full, a locked store: this sweep is lost, not the daemon
             self._count_error(f"sweep at {t:.0f} not kept", e)
             self._rollback()  # type: ignore[attr-defined]

@@ -28,19 +28,22 @@ def open_source(sampler: Any, log: Any) -> XidSource | None:
     return src
 
 
-def fold(source: XidSource | None, t: float, running: dict[int, Any], store: Any, log: Any) -> int:
-    """Poll the source once; record each XID (store event, running jobs on that GPU); how many came."""
+def poll(source: XidSource | None, log: Any) -> list[tuple[int, int]]:
+    """The events since the last poll (none when there is no source or it fails)."""
     if source is None:
-        return 0
+        return []
     try:
-        got = source.poll()
+        return source.poll()
     except Exception as e:  # noqa: BLE001 - a broken event set costs the events, not the sweep
         log.warning("XID event poll failed: %s: %s", type(e).__name__, e)
-        return 0
+        return []
+
+
+def record(got: list[tuple[int, int]], t: float, running: dict[int, Any], store: Any, log: Any) -> None:
+    """Record each (GPU, XID): a store event, and in every running job on that GPU (inside a transaction)."""
     for gpu, xid in got:
         jobs = [jid for jid, rj in running.items() if gpu in rj.agg.gpus]
         for jid in jobs:
             running[jid].agg.gpus[gpu].fleet.note_xid(xid, t)
         store.add_event(t, jobs[0] if jobs else None, "xid", {"gpu": gpu, "xid": xid, "jobs": jobs})
         log.warning("XID %d on GPU %d (jobs %s)", xid, gpu, jobs or "none")
-    return len(got)
