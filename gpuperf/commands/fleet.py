@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 
 from gpuperf import config as config_mod
@@ -59,13 +60,13 @@ def run(args: argparse.Namespace) -> int:
     path = args.store or default_path(cfg)
     try:
         store = FleetStore(path, readonly=not args.apply)
-    except (OSError, ValueError) as e:
+        try:
+            ranks, nodes, stats = build(store, cfg.fleet.z)
+        finally:
+            store.close()
+    except (OSError, ValueError, sqlite3.Error) as e:  # missing, unreadable, not a database
         print(f"gpuperf fleet: cannot read the fleet store {path}: {e}", file=sys.stderr)
         return 1
-    try:
-        ranks, nodes, stats = build(store, cfg.fleet.z)
-    finally:
-        store.close()
     actions: list[dict] = []
     if args.apply:
         from gpuperf.slurm import Slurm, SlurmError

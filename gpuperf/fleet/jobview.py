@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from gpuperf.fleet.fingerprint import FleetStore, default_path
@@ -16,7 +17,7 @@ def job_fleet(cfg: Any, summary: dict[str, Any], path: str | None = None) -> dic
         return None
     try:
         store = FleetStore(path or default_path(cfg), readonly=True)
-    except (OSError, ValueError):
+    except (OSError, ValueError, sqlite3.Error):
         return None
     try:
         rows = [r for node in sorted({n for n, _ in want}) for r in store.gpus(node) if (r["node"], r["idx"]) in want]

@@ -167,6 +167,9 @@ def test_fleet_command_json_and_text(tmp_path: Path, pools: dict) -> None:
     assert t.returncode == 0 and "4 flagged" in t.stdout and "GPU-synth-020-3 on n020 idx 3" in t.stdout
     missing = subprocess.run(exe[:-1] + [str(tmp_path / "nope.sqlite")], capture_output=True, text=True, env=env, timeout=60)
     assert missing.returncode == 1 and "cannot read the fleet store" in missing.stderr
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database at all" * 100)
+    junk = subprocess.run(exe[:-1] + [str(tmp_path / "junk.sqlite")], capture_output=True, text=True, env=env, timeout=60)
+    assert junk.returncode == 1 and "cannot read the fleet store" in junk.stderr and "Traceback" not in junk.stderr
 
 
 def test_ingest_ignores_summaries_without_fleet_figures(tmp_path: Path) -> None:

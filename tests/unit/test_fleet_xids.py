@@ -140,6 +140,8 @@ def test_report_names_the_flagged_gpus_of_the_job(tmp_path: Path) -> None:
     assert "<h2 id='fleet'>Fleet health</h2>" in page and "GPU-synth-020-3 on n020 idx 3: SM clock under load" in page
     assert job_fleet(cfg, {"gpus": [{"node": "n021", "gpu": 0}]}, str(tmp_path / "fleet.sqlite")) == {"flagged": []}
     assert job_fleet(cfg, job, str(tmp_path / "missing.sqlite")) is None
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database" * 100)
+    assert job_fleet(cfg, job, str(tmp_path / "junk.sqlite")) is None     # the report goes on without the section
 
 
 def _snap_with(extra_nvlink: int = 0, extra_remap: int = 0, reset: bool = False) -> dict:
