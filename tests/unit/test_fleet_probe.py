@@ -10,6 +10,8 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpuperf import config
 from gpuperf.checks.base import CheckEnv
 from gpuperf.checks.builtin import gpu_probe
@@ -147,21 +149,20 @@ def test_daemon_probes_only_an_idle_node(base: Path) -> None:
     assert os.stat(kept).st_mode & 0o777 == 0o644
 
 
-def test_bursts_are_sized_from_warm_calls_not_the_cold_first_one() -> None:
+def test_bursts_are_sized_from_warm_calls_not_the_cold_first_one(monkeypatch) -> None:
     """The first call of a fresh process is slow (library start-up); sized from it, the GEMM bursts were 3
-    calls long on real GPUs and read 5-9% low. A stand-in op: 0.3 s cold, then 2 ms per call."""
-    import time as _time
+    calls long on real GPUs and read 5-9% low. A stand-in op on a stand-in clock: 0.3 s cold, then 2 ms."""
     import types
 
     sys.path.insert(0, str(Path(probe.SCRIPT).parent))
     import probe_script
 
-    calls = []
+    clock = [0.0]
+    monkeypatch.setattr(probe_script, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
 
     def op() -> None:
-        _time.sleep(0.3 if not calls else 0.002)
-        calls.append(1)
+        clock[0] += 0.3 if clock[0] == 0.0 else 0.002
 
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda d: None))
     runs, iters = probe_script._bursts(fake, op, (0,), reps=2, target_s=0.1, settle_s=0.0)
-    assert iters >= 15 and len(runs) == 2      # ~50 calls of 2 ms; the cold call alone would have given 3
+    assert 45 <= iters <= 50 and runs == [pytest.approx(0.002)] * 2   # the cold call alone would have sized 3
