@@ -174,12 +174,28 @@ class Slurm:
         return host
 
     def show_job(self, job_id: int) -> dict[str, str]:
-        """``scontrol show job -o`` of a job slurmctld still knows, as KEY -> value ({} when gone)."""
+        """``scontrol show job -o`` of a job slurmctld still knows, as KEY -> value ({} when gone).
+
+        Not for decisions: the job's user writes JobName, Comment, WorkDir... and a comment holding
+        ``JobState=PENDING`` replaces the real key here (the line is split on spaces). ``job_state``
+        asks for the fields themselves."""
         try:
             out = self.run("scontrol", "show", "job", "-o", str(job_id))
         except SlurmError:
             return {}
         return dict(tok.partition("=")[::2] for tok in out.split() if "=" in tok)
+
+    def job_state(self, job_id: int) -> tuple[str, str] | None:
+        """(state, reason) of a job slurmctld still knows, None when gone; no user-written text is parsed."""
+        try:
+            out = self.run("squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T|%r")
+        except SlurmError:
+            return None
+        for line in out.splitlines():
+            state, sep, reason = line.partition("|")
+            if sep:
+                return state.strip(), reason.strip()
+        return None
 
     def sacct_job(self, job_id: int, fields: tuple[str, ...] = ("JobID", "User", "UID", "State", "NodeList")) -> dict[str, str]:
         """One job's allocation line from sacct as field -> value ({} when sacct does not know it)."""

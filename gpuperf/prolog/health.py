@@ -133,10 +133,11 @@ def wait_and_make_eligible(slurm: Any, job_id: int, timeout_s: float = 150.0, po
     wait for that, then set ``StartTime=now`` so a healthy node can take the job at once."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        info = slurm.show_job(job_id)
-        if not info or info.get("JobState") not in ("PENDING", "COMPLETING"):
-            return f"job is {info.get('JobState') if info else 'gone'}: nothing to do"
-        if info.get("JobState") == "PENDING" and info.get("Reason") == "BeginTime":
+        # squeue's two fields, not scontrol's line: the user's comment could fake "JobState=" there
+        state, reason = slurm.job_state(job_id) or ("gone", "")
+        if state not in ("PENDING", "COMPLETING"):
+            return f"job is {state}: nothing to do"
+        if state == "PENDING" and reason == "BeginTime":
             slurm.eligible_now(job_id)
             return "eligible now"
         time.sleep(poll_s)

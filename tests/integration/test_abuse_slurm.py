@@ -188,6 +188,10 @@ srun -n1 env | grep -c LD_PRELOAD=/nonexistent/evil.so || true"""
     assert not pwned.exists()
     assert "record ignored: applied/0.1\\nrecord ignored: nothing: a FIFO, not a regular file" in _ignored(s)
     assert "\n" not in "".join((s.get("quality") or {}).get("ignored") or [])
+    # the TaskProlog printed only gpuperf's own variables: none of the user's values came back out of it
+    steps = [json.loads(p.read_text()) for p in (c.run_dir / "jobs" / str(job) / "env").glob("step-[0-9]*.json")]
+    assert steps and all(n not in ("LD_PRELOAD", "NCCL_SOCKET_IFNAME", "X") and "\n" not in v
+                         for st in steps for n, v in st["exported"])
     rec = c.job_record(job, "prolog")
     assert rec["steps"] and all(st["ok"] for st in rec["steps"].values()), rec["steps"]
 
@@ -255,3 +259,25 @@ done""", "--gres=gpu:1", user=c.user)
     finally:
         c.run("scancel", str(racer))
         c.wait(racer)
+
+
+def test_a_job_comment_cannot_fake_the_state_gpuperf_acts_on(abuse):
+    # scontrol's one-line output is split on spaces: a comment "JobState=PENDING Reason=BeginTime"
+    # replaces the real keys there. gpuperf decides from squeue's own two fields (slurm.job_state).
+    from gpuperf.slurm import Slurm
+
+    c = abuse["c"]
+    job = c.sbatch("true\n", "-H", "--comment=x JobState=PENDING Reason=BeginTime", user=c.user)
+    try:
+        env = dict(os.environ, SLURM_CONF=c.env["SLURM_CONF"])
+        old = os.environ.copy()
+        os.environ.update(env)
+        try:
+            slurm = Slurm("/usr/bin")
+            assert slurm.show_job(job)["Reason"] == "BeginTime"          # what a split line believes
+            assert slurm.job_state(job) == ("PENDING", "JobHeldUser")     # what gpuperf acts on
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+    finally:
+        c.run("scancel", str(job))
