@@ -63,6 +63,27 @@ class Ignored:
         return self.reasons + ([f"record ignored: {self.more} more"] if self.more else [])
 
 
+# C0 and C1 control characters (not tab or newline) as visible escapes: a user's record must not put
+# terminal escapes on an admin's screen (rich keeps ESC) or fake lines in a log
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (but tab and newline) written as ``\\xNN``."""
+    return text.translate(_CONTROLS)
+
+
+def printable_json(obj: Any) -> Any:
+    """A parsed user record with ``printable`` applied to every string in it (keys too)."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, list):
+        return [printable_json(x) for x in obj]
+    if isinstance(obj, dict):
+        return {printable(str(k)): printable_json(v) for k, v in obj.items()}
+    return obj
+
+
 def _printable(name: str) -> str:
     # a user's file name may hold newlines or terminal escapes: the report and the log get it escaped
     out = name.encode("unicode_escape", "backslashreplace").decode("ascii")
@@ -166,15 +187,20 @@ def read_bytes(path: str | os.PathLike[str], *, uid: int | None = None, max_byte
 
 
 def read_text(path: str | os.PathLike[str], **kw: Any) -> str | None:
-    """``read_bytes`` decoded as UTF-8, bad bytes replaced."""
+    """``read_bytes`` decoded as UTF-8, bad bytes replaced, control characters escaped."""
     b = read_bytes(path, **kw)
-    return None if b is None else b.decode("utf-8", "replace")
+    return None if b is None else text_of(b)
+
+
+def text_of(data: bytes) -> str:
+    """A user-written record's bytes as text: UTF-8 (bad bytes replaced), control characters escaped."""
+    return printable(data.decode("utf-8", "replace"))
 
 
 def parse_json(data: bytes | str) -> Any:
-    """JSON of a user-written record; ValueError for bad or too deeply nested JSON."""
+    """JSON of a user-written record (strings ``printable``); ValueError for bad or too deeply nested JSON."""
     try:
-        return jsonlite.loads(data)
+        return printable_json(jsonlite.loads(data))
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 

@@ -177,7 +177,7 @@ def _applied_in(d: Path, ignored: safeio.Ignored | None = None) -> list[dict[str
     out = []
     for name, data in safeio.read_dir(d, max_bytes=APPLIED_MAX_BYTES, ignored=ignored, label=APPLIED_DIR):
         try:
-            rec = affinity.parse_applied_line(data.decode("utf-8", "replace"))
+            rec = affinity.parse_applied_line(safeio.text_of(data))
         except ValueError as e:
             ignored.add(f"{APPLIED_DIR}/{name}", f"not an affinity record ({str(e)[:80]})")
             continue

@@ -179,3 +179,19 @@ def test_the_node_summary_says_what_was_ignored(tmp_path):
     assert s["affinity"]["n1"]["0"]["status"] == "ok"      # the honest record still counts
     from gpuperf.report import terminal
     assert "record ignored: applied/0.1: a FIFO" in terminal.render(s)
+
+
+def test_terminal_escapes_in_a_users_records_reach_no_report_raw(tmp_path):
+    # rich keeps ESC: a record saying status=\x1b[2J would clear the admin's screen in `gpuperf report`
+    jdir = tmp_path / "jobs" / "5"
+    (jdir / "applied").mkdir(parents=True)
+    (jdir / "affinity.json").write_text("{}")
+    (jdir / "applied" / "0.0").write_text("job=5 step=0 rank=0 status=ok\x1b[2J gpus=0\x9b1m")
+    (jdir / "env").mkdir()
+    (jdir / "env.json").write_text(json.dumps({"vars": [{"name": "OMP_NUM_THREADS", "value": "4", "per_task": True}]}))
+    (jdir / "env" / "step-0.json").write_text(json.dumps({"step": "0", "exported": [["OMP_NUM_THREADS", "4\x1b]0;owned\x07"]]}))
+    s = node_summary({"job_id": 5, "gpus": {}}, {"job_id": 5, "node": "n1", "job_dir": str(jdir)})
+    text = json.dumps(s, ensure_ascii=False)
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
+    assert s["affinity"]["n1"]["0"]["status"] == "ok\\x1b[2J"
+    assert s["env"]["n1"]["vars"]["OMP_NUM_THREADS"]["value"] == "4\\x1b]0;owned\\x07"
