@@ -140,7 +140,7 @@ def record_state(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookStat
     jdir = jobstate.job_path(cfg.general.run_dir, ctx.job_id)
     path = os.path.join(jdir, f"{ctx.hook}{suffix}.json")
     record = {"context": ctx.to_dict(), "steps": state.steps, "data": _jsonable(state.data),
-              "config": cfg.source, "started": state.started, **_cost()}
+              "config": cfg.source, "started": state.started, **_cost(state.started)}
     try:
         try:
             jobstate.write_json(path, record)
@@ -154,14 +154,14 @@ def record_state(ctx: jobctx.JobContext, cfg: config_mod.Config, state: HookStat
         logger.warning("job %s: cannot record hook state in %s: %s", ctx.job_id, path, e.strerror)
 
 
-def _cost() -> dict[str, Any]:
-    """What this hook cost until now: wall seconds and peak RSS (the abuse tests quote both)."""
+def _cost(started: float) -> dict[str, Any]:
+    """Seconds since the hook's state began, and the peak RSS of the process that ran its steps (the
+    hook's own, or the daemon's on the prolog's fast path); the abuse tests quote both."""
     import resource  # a builtin extension: no import cost to speak of
 
-    return {"elapsed_s": round(time.time() - _T0, 3), "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    return {"elapsed_s": round(time.time() - started, 3), "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
 
-_T0 = time.time()
 TASKS_DIR = "tasks"
 
 
