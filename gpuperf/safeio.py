@@ -44,19 +44,20 @@ class Ignored:
         self.more = 0
 
     def add(self, name: str, why: str) -> None:
-        """Record one refusal (``name`` relative to the job dir)."""
+        """Record one refusal (``name`` relative to the job dir); the first ``SHOWN`` are logged."""
         text = f"record ignored: {_printable(name)}: {why}"
         if text in self.reasons:
             return
         if len(self.reasons) >= SHOWN:
+            # a user who plants thousands of entries must not write thousands of lines into root's log
             self.more += 1
-        else:
-            self.reasons.append(text)
+            if self.more == 1:
+                _log(f"record ignored: more than {SHOWN} records of this job; the rest are counted, not logged")
+            return
+        self.reasons.append(text)
         if text not in _logged and len(_logged) < 10000:
             _logged.add(text)
-            import logging  # only once something was refused: the TaskProlog's common case stays light
-
-            logging.getLogger("gpuperf.safeio").warning("%s", text)
+            _log(text)
 
     def shown(self) -> list[str]:
         """The reasons as the report shows them (bounded, with a count of the rest)."""
@@ -82,6 +83,12 @@ def printable_json(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {printable(str(k)): printable_json(v) for k, v in obj.items()}
     return obj
+
+
+def _log(text: str) -> None:
+    import logging  # only once something was refused: the TaskProlog's common case stays light
+
+    logging.getLogger("gpuperf.safeio").warning("%s", text)
 
 
 def _printable(name: str) -> str:

@@ -84,6 +84,7 @@ def _run_case(a: dict, name: str, script: str, *sbatch_args: str, wait_s: float 
     """Submit the abuser's job, wait for its epilog; check what every case must hold; (job, node summary)."""
     c = a["c"]
     J = f"{c.run_dir}/jobs/$SLURM_JOB_ID"
+    logged_before = c.gpuperf_log().count("record ignored")
     job = c.sbatch(f"#!/bin/bash\nJ={J}\n{script}\n", "--gres=gpu:1", *sbatch_args, user=c.user)
     assert c.wait(job, timeout=wait_s) == "COMPLETED", c.job_output(job)
     epilog = c.wait_record(job, "epilog", timeout=EPILOG_BOUND_S + 10)
@@ -99,6 +100,8 @@ def _run_case(a: dict, name: str, script: str, *sbatch_args: str, wait_s: float 
         time.sleep(0.1)
     s = json.loads(summary_path.read_text())
     assert SECRET not in summary_path.read_text() and "root:" not in summary_path.read_text()
+    # thousands of planted entries cost root's log at most SHOWN lines and one "more" line
+    assert c.gpuperf_log().count("record ignored") - logged_before <= 11
     assert _digest(a["vdir"]) == a["victim_digest"]        # the other job's data: unchanged
     hwm = _vmhwm_kib(a["daemon"].pid)
     assert epilog["maxrss_kib"] < RSS_BOUND_KIB and hwm < RSS_BOUND_KIB

@@ -195,3 +195,12 @@ def test_terminal_escapes_in_a_users_records_reach_no_report_raw(tmp_path):
     assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text
     assert s["affinity"]["n1"]["0"]["status"] == "ok\\x1b[2J"
     assert s["env"]["n1"]["vars"]["OMP_NUM_THREADS"]["value"] == "4\\x1b]0;owned\\x07"
+
+
+def test_refusals_beyond_the_shown_ones_are_counted_not_logged(caplog):
+    ign = safeio.Ignored()
+    with caplog.at_level("WARNING", logger="gpuperf.safeio"):
+        for i in range(5000):
+            ign.add(f"applied/x{i}-{id(ign)}", "a FIFO, not a regular file")
+    assert len(caplog.records) == safeio.SHOWN + 1
+    assert ign.shown()[-1] == f"record ignored: {5000 - safeio.SHOWN} more"
