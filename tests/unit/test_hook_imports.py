@@ -40,15 +40,19 @@ HEAVY = (
 )
 
 PROBE = """
-import sys
-code = 0
+import os, sys
+
+def report(code):
+    sys.stdout.flush()
+    with open({out!r}, "w") as f:
+        f.write("\\n".join(sorted(sys.modules)))
+    real_exit(code)
+
+real_exit, os._exit = os._exit, report  # the scripts end with os._exit where nothing else needs the exit
 try:
     exec(compile(open({script!r}).read(), {script!r}, "exec"))
 except SystemExit as e:
-    code = e.code or 0
-with open({out!r}, "w") as f:
-    f.write("\\n".join(sorted(sys.modules)))
-sys.exit(code)
+    report(e.code or 0)
 """
 
 
@@ -102,7 +106,8 @@ def test_entry_scripts_are_installed_as_plain_scripts(script):
     installed = Path(sys.executable).with_name(script)
     if not installed.exists() or "import re" in installed.read_text().splitlines():
         pytest.skip(f"{installed}: absent or installed before packaging/bin (rerun packaging/install.sh)")
-    assert installed.read_text().splitlines()[1:] == (SCRIPTS / script).read_text().splitlines()[1:]
+    entry = next(line for line in (SCRIPTS / script).read_text().splitlines() if line.endswith(" import main"))
+    assert entry in installed.read_text().splitlines()
 
 
 def test_taskprolog_imports_nothing_heavy(base, conf):

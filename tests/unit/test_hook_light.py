@@ -65,3 +65,27 @@ def _by_regex(name: str):
 def test_soname_version_is_the_regex_it_replaced(tail):
     for name in (tail, "libnccl.so." + tail, "libnccl.so.libnccl.so." + tail):
         assert soname_version(name) == _by_regex(name)
+
+
+END = '''
+import sys
+from gpuperf.guard import exit_now
+{before}
+print("exports", end="")
+exit_now(3)
+'''
+
+
+def _end(before: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", END.format(before=before)], capture_output=True, text=True,
+                          timeout=60, env={"PYTHONPATH": str(REPO)}, cwd="/")
+
+
+def test_exit_now_exits_with_the_code_and_everything_printed():
+    p = _end()
+    assert (p.returncode, p.stdout) == (3, "exports")
+
+
+def test_exit_now_leaves_the_exit_to_python_when_something_waits_for_it():
+    p = _end("import atexit; atexit.register(lambda: print(' and goodbye', end=''))")
+    assert (p.returncode, p.stdout) == (3, "exports and goodbye")
