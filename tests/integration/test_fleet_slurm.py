@@ -4,8 +4,10 @@ resumes the node once its GPU is no longer flagged (here: the board is swapped, 
 
 from __future__ import annotations
 
+import json
 import random
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,46 @@ def test_fleet_drains_a_slow_gpus_node_within_the_bound_and_resumes_it(gpuperf_c
         assert _reason(c, node) == "" and "drain" not in c.node_states()[node]
     finally:
         c.resume_all()
+
+
+def test_node_summaries_reach_the_fingerprints_through_the_controller_service(slurm_cluster):
+    """A node summary sent as the node epilog sends it (munge, pyzmq) is folded by the real controller
+    service into the fleet store; ``gpuperf fleet --json`` then lists the node's GPUs with the job counted."""
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from test_report_slurm import _collector, _node_summary, _queue_state, _send, _wait_running
+
+    from gpuperf.fleet.fingerprint import FleetStore
+
+    c = slurm_cluster
+    node = c.node_names[0]
+    cfg = c.gpuperf_config()
+    store = Path(cfg.get("fleet", {}).get("store") or Path(cfg["general"]["state_dir"]) / "fleet.sqlite")
+
+    def jobs_on_node() -> dict[int, int]:
+        if not store.exists():
+            return {}
+        st = FleetStore(store, readonly=True)
+        try:
+            return {r["idx"]: r["jobs_total"] for r in st.gpus(node)}
+        finally:
+            st.close()
+
+    before = jobs_on_node()
+    with _collector(c):
+        job = c.sbatch("sleep 2\n", "--gres=gpu:2")
+        _wait_running(c, job)
+        s = _node_summary(job, node)
+        assert [e["gpu"] for e in s["fleet"]] == [0, 1] and s["fleet"][0]["load"]["busy_s"] >= 0
+        sent = _send(c, node, s)
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        assert c.wait(job) == "COMPLETED"
+        assert _queue_state(c, job) == "done"
+        end = time.time() + 15     # the service folds on its tick; the merge may finish first
+        while time.time() < end and any(jobs_on_node().get(g, 0) <= before.get(g, 0) for g in (0, 1)):
+            time.sleep(0.2)
+    after = jobs_on_node()
+    assert {g: after[g] - before.get(g, 0) for g in (0, 1)} == {0: 1, 1: 1}, (before, after)
+    p = c.run("gpuperf", "fleet", "--json", "--limit", "0")
+    assert p.returncode == 0, p.stderr
+    listed = {(g["node"], g["gpu"]) for g in json.loads(p.stdout)["gpus"]}
+    assert {(node, 0), (node, 1)} <= listed
