@@ -23,6 +23,11 @@ done
 # compat: a plain path in a .pth; the default import finder costs every hook ~10 ms at startup
 [ "$readable" = 1 ] && mode=(--config-settings editable_mode=compat -e)
 "$prefix/venv/bin/pip" install -q --disable-pip-version-check "${mode[@]}" "$here$extras"
+# the hooks' stable paths, the same as the packages' (slurm.conf.snippet names them)
+mkdir -p "$prefix/bin"
+for h in gpuperf gpuperf-prolog gpuperf-epilog gpuperf-taskprolog gpuperf-epilog-slurmctld gpuperf-run; do
+  ln -sfn "../venv/bin/$h" "$prefix/bin/$h"
+done
 bash "$here/packaging/build-spank.sh" || echo "gpuperf: SPANK plugin not built; gpuperf-run still pins" >&2
 chmod -R o+rX "$prefix"
 echo "gpuperf installed in $prefix/venv ($("$prefix/venv/bin/gpuperf" --version))"

@@ -21,6 +21,9 @@ ROOT = Path("/tmp")
 # GPUPERF_PREFIX: where tests/run.sh installed gpuperf (default /opt/gpuperf; parallel checkouts use their own)
 PREFIX = Path(os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf"))
 VENV_BIN = PREFIX / "venv" / "bin"
+# the hooks' stable paths that slurm.conf.snippet names (packages and install.sh make them); older
+# installs of a checkout have only the venv's
+HOOK_BIN = PREFIX / "bin" if (PREFIX / "bin" / "gpuperf-prolog").exists() else VENV_BIN
 HOOKS = {  # wrapper name in <dir>/hooks -> gpuperf entry point
     "prolog": "gpuperf-prolog",
     "epilog": "gpuperf-epilog",
@@ -276,7 +279,7 @@ def hook_script(l: Layout, hook: str) -> str:
     if len(l.nodes) > 1 and hook in NODE_HOOKS:
         node_conf = f"{l.dir}/nodes/$SLURMD_NODENAME/gpuperf.toml"
         lines.append(f'[ -n "$SLURMD_NODENAME" ] && [ -f "{node_conf}" ] && GPUPERF_CONFIG="{node_conf}"')
-    lines += ["export GPUPERF_CONFIG", f"export SLURM_CONF={l.slurm_conf}", f'exec {VENV_BIN / HOOKS[hook]} "$@"']
+    lines += ["export GPUPERF_CONFIG", f"export SLURM_CONF={l.slurm_conf}", f'exec {HOOK_BIN / HOOKS[hook]} "$@"']
     return "\n".join(lines) + "\n"
 
 

@@ -101,7 +101,7 @@ def test_each_node_of_a_multi_node_instance_gets_its_own_dirs():
 def _wrapper_config(l: sc.Layout, hook: str, env: dict[str, str], tmp_path: Path) -> str:
     """Run the generated wrapper with its exec replaced by printing the config it chose."""
     script = sc.hook_script(l, hook)
-    exec_line = f'exec {sc.VENV_BIN / sc.HOOKS[hook]} "$@"'
+    exec_line = f'exec {sc.HOOK_BIN / sc.HOOKS[hook]} "$@"'
     assert script.rstrip().endswith(exec_line)
     f = tmp_path / hook
     f.write_text(script.replace(exec_line, 'echo "$GPUPERF_CONFIG $SLURM_CONF"'))
