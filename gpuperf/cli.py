@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "top": ("gpuperf.commands.top", "live per-GPU view of this node's jobs"),
     "daemon": ("gpuperf.commands.daemon", "run the node daemon"),
     "tune": ("gpuperf.commands.tune", "measure NCCL settings on this node and write winning policy rules"),
+    "doctor": ("gpuperf.commands.doctor", "check this host's gpuperf installation: hooks, plugin, daemon, collector (exit 0/1/2)"),
 }
 
 

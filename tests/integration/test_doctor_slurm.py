@@ -1,0 +1,197 @@
+"""``gpuperf doctor`` on the real test cluster: passes on a correct install, and names each fault planted
+one at a time (hooks, plugstack, plugin load, config, daemon, daemon GPUs, collector, munge, sacctmgr
+rights, file modes). PrologFlags and clock skew need a slurmctld restart or another clock: tests/unit/test_doctor.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf")) / "venv" / "bin"
+RECORDING = sorted((ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
+
+
+def _wait_port(port: int, proc: subprocess.Popen) -> None:
+    import socket
+
+    end = time.time() + 20
+    while True:
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            assert time.time() < end, "not listening"
+            time.sleep(0.1)
+
+
+def _start_daemon(c) -> subprocess.Popen:
+    from gpuperf import config
+    from gpuperf.daemon import client
+
+    p = subprocess.Popen([str(BIN / "gpuperf"), "daemon", "--foreground"], env=c.env, stderr=subprocess.PIPE, text=True)
+    loaded = config.load(str(c.gpuperf_config_path))
+    end = time.time() + 20
+    while True:
+        assert p.poll() is None, f"daemon exited: {p.stderr.read()[-2000:]}"
+        try:
+            if client.call(loaded, "ping", timeout_s=0.5)["ok"]:
+                return p
+        except client.DaemonUnavailable:
+            assert time.time() < end, "daemon did not answer"
+            time.sleep(0.1)
+
+
+def _stop(p: subprocess.Popen) -> None:
+    p.terminate()
+    p.wait(10)
+
+
+@pytest.fixture(scope="module")
+def installed(slurm_cluster):
+    """The test cluster wired in as README's deploy section says: plugin, daemon, collector, private state."""
+    if not RECORDING:
+        pytest.skip("no recording in tests/data/recordings for the daemon to replay")
+    c = slurm_cluster
+    lib = c.dir / "lib"
+    build = subprocess.run(["bash", str(ROOT / "packaging" / "build-spank.sh"), "--out", str(lib)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    plugstack = c.dir / "plugstack.conf"
+    saved = plugstack.read_text()
+    plugstack.write_text(saved + f"optional {lib / 'gpuperf_spank.so'} run_dir={c.run_dir}\n")
+    cfg = c.gpuperf_config()
+    cfg.setdefault("daemon", {}).update(backend=f"replay:{RECORDING[0]}?gpus=4&loop=1", interval_s=0.5, metrics_port=0,
+                                        user_socket_dir=str(c.dir / "run" / "daemon-user"))
+    c.write_gpuperf_config(cfg)
+    state = Path(cfg["general"]["state_dir"])
+    state.chmod(0o700)
+    daemon = _start_daemon(c)
+    collector = subprocess.Popen([str(BIN / "python"), "-m", "gpuperf.controller.collector"], env=c.env,
+                                 stderr=subprocess.PIPE, text=True)
+    _wait_port(cfg["controller"]["port"], collector)
+    try:
+        yield c, cfg
+    finally:
+        for p in (daemon, collector):
+            if p.poll() is None:
+                _stop(p)
+        plugstack.write_text(saved)
+        state.chmod(0o755)
+        c.reset_gpuperf_config()
+
+
+def doctor(c, user: str | None = None, role: str = "both") -> tuple[int, dict[str, list[dict]]]:
+    """Run the installed ``gpuperf doctor --json``; exit code and findings by code."""
+    p = c.run("gpuperf", "doctor", "--json", "--role", role, "--node", c.node_names[0], user=user)
+    by: dict[str, list[dict]] = {}
+    for x in json.loads(p.stdout):
+        by.setdefault(x["code"], []).append(x)
+    return p.returncode, by
+
+
+def failed(by: dict[str, list[dict]], code: str) -> list[dict]:
+    return [x for x in by.get(code, []) if x["status"] == "fail"]
+
+
+@contextmanager
+def planted(undo):
+    try:
+        yield
+    finally:
+        undo()
+
+
+def test_a_correct_install_passes(installed):
+    c, _ = installed
+    rc, by = doctor(c)
+    assert rc == 0, json.dumps(by, indent=1)
+    for code in ("config", "hooks", "prolog_flags", "plugstack", "daemon", "munge", "collector", "sacctmgr", "modes", "clock"):
+        assert by.get(code) and all(x["status"] == "ok" for x in by[code]), (code, by.get(code))
+
+
+def test_each_planted_fault_is_named_with_a_fix(installed):
+    c, cfg = installed
+    hook = c.dir / "hooks" / "taskprolog"
+    plugstack = c.dir / "plugstack.conf"
+    good_plugstack = plugstack.read_text()
+    state = Path(cfg["general"]["state_dir"])
+
+    def check(code: str, detail_has: str) -> None:
+        rc, by = doctor(c)
+        bad = failed(by, code)
+        assert rc == 1 and bad and detail_has in bad[0]["detail"] and bad[0]["fix"], (code, json.dumps(by, indent=1))
+        others = [k for k in by if k != code and failed(by, k)]
+        assert others == [], f"planting {code} also failed {others}"
+
+    hook.chmod(0o644)  # no job runs during these checks: a broken TaskProlog would fail it
+    with planted(lambda: hook.chmod(0o755)):
+        check("hooks", str(hook))
+    plugstack.write_text(good_plugstack.replace(str(c.dir / "lib" / "gpuperf_spank.so"), "/nonexistent/gpuperf_spank.so"))
+    with planted(lambda: plugstack.write_text(good_plugstack)):
+        check("plugstack", "does not exist")
+    junk = c.dir / "lib" / "junk" / "gpuperf_spank.so"
+    junk.parent.mkdir(exist_ok=True)
+    junk.write_bytes(b"not a shared object")
+    plugstack.write_text(good_plugstack.replace(str(c.dir / "lib" / "gpuperf_spank.so"), str(junk)))
+    with planted(lambda: plugstack.write_text(good_plugstack)):
+        check("plugstack", "srun does not load it")
+    c.write_gpuperf_config(dict(cfg, daemon=dict(cfg["daemon"], intervall_s=1)))
+    with planted(lambda: c.write_gpuperf_config(cfg)):
+        rc, by = doctor(c)  # the other checks then run on the salvaged [general] and defaults: not asserted
+        assert rc == 1 and "intervall_s" in failed(by, "config")[0]["detail"]
+    state.chmod(0o755)
+    with planted(lambda: state.chmod(0o700)):
+        check("modes", str(state))
+    munge = dict(cfg, controller=dict(cfg["controller"], munge_socket="/nonexistent/munge.socket"))
+    c.write_gpuperf_config(munge)
+    with planted(lambda: c.write_gpuperf_config(cfg)):
+        check("munge", "munge")
+
+
+def test_a_stopped_daemon_one_with_too_few_gpus_and_a_stopped_collector_are_named(installed):
+    c, cfg = installed
+    from gpuperf.daemon import client
+    from gpuperf import config
+
+    loaded = config.load(str(c.gpuperf_config_path))
+    pid = client.call(loaded, "ping", timeout_s=2)["pid"]
+    os.kill(pid, 15)
+    end = time.time() + 10
+    while Path(f"/proc/{pid}").exists() and time.time() < end:
+        time.sleep(0.1)
+    rc, by = doctor(c)
+    assert rc == 1 and failed(by, "daemon"), by
+    two = dict(cfg, daemon=dict(cfg["daemon"], backend=cfg["daemon"]["backend"].replace("gpus=4", "gpus=2")))
+    c.write_gpuperf_config(two)
+    d = _start_daemon(c)
+    try:
+        rc, by = doctor(c)
+        bad = failed(by, "daemon_gpus")
+        assert rc == 1 and bad and "4 GPUs" in bad[0]["detail"] and "sees 2" in bad[0]["detail"], by
+    finally:
+        _stop(d)
+        c.write_gpuperf_config(cfg)
+    port = cfg["controller"]["port"]
+    out = subprocess.run(["fuser", "-k", "-TERM", f"{port}/tcp"], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("fuser cannot stop the collector here")
+    time.sleep(0.5)
+    rc, by = doctor(c)
+    assert rc == 1 and failed(by, "collector"), by
+
+
+def test_a_user_who_may_not_change_jobs_is_told_on_the_controller(installed):
+    c, _ = installed
+    _, by = doctor(c, user=c.user, role="controller")
+    bad = failed(by, "sacctmgr")
+    assert bad and "refuses" in bad[0]["detail"] and "AdminLevel" in bad[0]["fix"], by
