@@ -13,11 +13,14 @@ if [ "$prefix" = /opt/gpuperf ]; then
   t0=$(date +%s)
   deb=$(bash packaging/build-deb.sh --out "$here/build/deb")
   t1=$(date +%s)
+  rpm=$(bash packaging/build-rpm.sh --out "$here/build/rpm")
+  echo "tests/run.sh: built $(basename "$rpm") in $(( $(date +%s) - t1 )) s"
+  t1=$(date +%s)
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq --no-install-recommends --allow-downgrades "$deb" >/dev/null
   echo "tests/run.sh: built $(basename "$deb") in $((t1 - t0)) s, installed in $(( $(date +%s) - t1 )) s"
   GPUPERF_PREFIX="$here/build/testenv" bash packaging/install.sh --test >/dev/null
-  export GPUPERF_PREFIX=/opt/gpuperf GPUPERF_DEB=$deb
+  export GPUPERF_PREFIX=/opt/gpuperf GPUPERF_DEB=$deb GPUPERF_RPM=$rpm
   py="$here/build/testenv/venv/bin/python"
 else
   bash packaging/install.sh --test

@@ -51,6 +51,32 @@ def deb_paths(deb: str) -> list[str]:
     return [line.split(None, 5)[5].split(" -> ")[0] for line in out.splitlines()]
 
 
+def _entries(lines: list[tuple[str, str]]) -> set[str]:
+    """Non-directory entries (files, links) as absolute paths; systemd's /usr/lib spelling made /lib."""
+    out = set()
+    for perms, path in lines:
+        if perms.startswith("d"):
+            continue
+        p = "/" + path.lstrip("./")
+        out.add(p.replace("/usr/lib/systemd/system/", "/lib/systemd/system/"))
+    return out
+
+
+def test_rpm_holds_the_same_files_as_the_deb():
+    rpm = os.environ.get("GPUPERF_RPM", "")
+    if not rpm or not Path(rpm).exists():
+        pytest.skip("GPUPERF_RPM not set: tests/run.sh builds the .rpm (packaging/build-rpm.sh)")
+    q = subprocess.run(["rpm", "-qp", "--qf", "[%{FILEMODES:perms} %{FILENAMES}\\n]", rpm],
+                       capture_output=True, text=True, check=True).stdout
+    rpm_files = _entries([tuple(ln.split(" ", 1)) for ln in q.splitlines() if ln])
+    out = subprocess.run(["dpkg-deb", "-c", DEB], capture_output=True, text=True, check=True).stdout
+    deb_files = _entries([(ln.split()[0], ln.split(None, 5)[5].split(" -> ")[0]) for ln in out.splitlines()])
+    debian_only = {"/usr/share/doc/gpuperf/changelog.Debian.gz", "/usr/share/doc/gpuperf/copyright",
+                   "/usr/share/lintian/overrides/gpuperf"}
+    assert sorted(rpm_files ^ (deb_files - debian_only)) == []
+    assert outside_places(sorted(rpm_files)) == []
+
+
 def test_outside_places_finds_strays():
     assert outside_places(["./", "./etc/", "./opt/gpuperf/venv/bin/python", "./usr/share/doc/gpuperf/README.md"]) == []
     assert outside_places(["./usr/bin/gpuperf", "./etc/gpuperf/other.toml"]) == ["/usr/bin/gpuperf", "/etc/gpuperf/other.toml"]
