@@ -76,7 +76,7 @@ def installed(slurm_cluster):
     state = Path(cfg["general"]["state_dir"])
     state.chmod(0o700)
     daemon = _start_daemon(c)
-    collector = subprocess.Popen([str(BIN / "python"), "-m", "gpuperf.controller.collector"], env=c.env,
+    collector = subprocess.Popen([str(BIN / "gpuperf"), "daemon", "--controller", "--foreground"], env=c.env,
                                  stderr=subprocess.PIPE, text=True)
     _wait_port(cfg["controller"]["port"], collector)
     try:
