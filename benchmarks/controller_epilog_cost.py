@@ -10,6 +10,8 @@
    set-ups, the time from the batch script's last command to the first ``scontrol`` poll that no
    longer shows the job RUNNING or COMPLETING (20 ms polls): gpuperf's hooks as installed; the
    EpilogSlurmctld replaced by ``exit 0``; every gpuperf hook replaced by ``exit 0`` ("without gpuperf").
+   gpuperf runs as deployed meanwhile: the node daemon (replaying a real recording) and the controller
+   service with the real sacctmgr, so the node Epilog finalises and delivers for real.
 The machine is shared: its load average is printed with the figures.
 """
 
@@ -102,6 +104,16 @@ def main() -> int:
     hooks = c.dir / "hooks"
     saved = {p.name: p.read_text() for p in hooks.iterdir()}
     noop = "#!/bin/sh\nexit 0\n"
+    # gpuperf as deployed: the node daemon (replaying a real recording) and the controller service
+    cfg = c.gpuperf_config()
+    rec = sorted((ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))[0]
+    cfg.setdefault("daemon", {}).update(backend=f"replay:{rec}?loop=1", interval_s=0.5, metrics_port=0,
+                                        user_socket_dir=str(c.dir / "run" / "daemon-user"))
+    c.write_gpuperf_config(cfg)
+    venv = Path(PREFIX) / "venv" / "bin"
+    procs = [subprocess.Popen([str(venv / "gpuperf"), "daemon"], env=c.env, stderr=subprocess.DEVNULL),
+             subprocess.Popen([str(venv / "gpuperf"), "daemon", "--controller"], env=c.env, stderr=subprocess.DEVNULL)]
+    time.sleep(5)
     try:
         setups = {"gpuperf hooks": {}, "EpilogSlurmctld = exit 0": {"epilog-slurmctld": noop},
                   "no gpuperf hook (all exit 0)": {name: noop for name in saved}}
@@ -114,6 +126,10 @@ def main() -> int:
     finally:
         for name, text in saved.items():
             (hooks / name).write_text(text)
+        for p in procs:
+            p.terminate()
+            p.wait(20)
+        c.reset_gpuperf_config()
     figures["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures, indent=1))
     if args.json:
