@@ -10,6 +10,7 @@ the notices in its durable queue, and only then removes the files, so a crash in
 from __future__ import annotations
 
 import os
+import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,30 @@ class Notice:
 def default_dir(cfg) -> str:
     """``controller.spool_dir``, or ``<state_dir>/ended`` (the hook computes the same default)."""
     return cfg.controller.spool_dir or os.path.join(cfg.general.state_dir, "ended")
+
+
+def prepare(spool: str, slurm_user: str) -> str | None:
+    """Make the spool directory the hook writes (SlurmUser's, 0700); why SlurmUser cannot, or None.
+
+    EpilogSlurmctld runs as SlurmUser: the directory is handed to it when the service runs as root,
+    and every directory above must let it through (a 0700 state_dir does not: set ``spool_dir``)."""
+    try:
+        os.makedirs(spool, mode=0o700, exist_ok=True)
+        pw = pwd.getpwnam(slurm_user)
+    except KeyError:
+        return None  # no such user here (tests, a controller run as SlurmUser itself): nothing to hand over
+    except OSError as e:
+        return f"cannot create {spool}: {e.strerror}"
+    if os.geteuid() == 0 and pw.pw_uid != 0:
+        os.chown(spool, pw.pw_uid, pw.pw_gid)
+    parent = os.path.dirname(os.path.abspath(spool))
+    while parent not in ("/", ""):
+        st = os.stat(parent)
+        if pw.pw_uid not in (0, st.st_uid) and not st.st_mode & 0o001:
+            return (f"{slurm_user} cannot reach {spool} ({parent} is mode {st.st_mode & 0o777:o}): "
+                    "set controller.spool_dir to a directory it can write, e.g. /var/spool/gpuperf/ended")
+        parent = os.path.dirname(parent)
+    return None
 
 
 def parse(text: str, mtime: float) -> Notice:

@@ -49,6 +49,10 @@ class Service:
         self.store.db.commit()
         self.writer = writer or accounting.SacctWriter(cfg.general.slurm_bin_dir)
         self.spool = notices.default_dir(cfg)
+        problem = notices.prepare(self.spool, cfg.general.slurm_user)
+        if problem:
+            # every job would end without a notice: say so loudly at start, not once per job
+            log.get("controller").error("job-end notices: %s", problem)
         self.arrived: queue_mod.Queue[dict] = queue_mod.Queue()
         self.work: queue_mod.Queue[list[tuple[int, str]] | None] = queue_mod.Queue()
         self.results: queue_mod.Queue[dict[int, str | None]] = queue_mod.Queue()

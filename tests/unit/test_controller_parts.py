@@ -128,3 +128,22 @@ def test_terminal_chart_draws_each_gpu_on_one_time_axis():
     # n2 started at t=15: its first half is unknown (·), not drawn as zero
     assert other.split("GPU n2:0")[1].lstrip().startswith("·")
     assert timechart.render({}) == ""
+
+
+def test_the_spool_is_prepared_for_slurmuser_or_the_reason_said(tmp_path):
+    locked = tmp_path / "state"
+    locked.mkdir(mode=0o700)
+    problem = notices.prepare(str(locked / "ended"), "nobody")
+    assert (locked / "ended").is_dir()
+    if os.geteuid() == 0:
+        assert (locked / "ended").stat().st_uid == __import__("pwd").getpwnam("nobody").pw_uid
+        assert problem and "nobody cannot reach" in problem and "controller.spool_dir" in problem
+    # under directories others may pass through (pytest's own tmp root is 0700): no problem to report
+    import tempfile
+
+    open_dir = Path(tempfile.mkdtemp(prefix="gpuperf-spool-"))
+    try:
+        open_dir.chmod(0o755)
+        assert notices.prepare(str(open_dir / "ended"), "nobody") is None
+    finally:
+        shutil.rmtree(open_dir)
