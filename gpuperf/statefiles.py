@@ -11,6 +11,7 @@ must not close /tmp): the package sets /var/lib/gpuperf's mode and ``gpuperf doc
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -58,3 +59,19 @@ def _drop_world(p: Path) -> None:
         return
     if stat.S_ISREG(st.st_mode) and world_access(st.st_mode) and st.st_uid == os.geteuid():
         os.chmod(p, FILE_MODE)
+
+
+class StoreVersionError(OSError):
+    """The store was written by a newer gpuperf (a downgrade): kept untouched, not opened.
+
+    An OSError so a service reports it like any store it cannot open, and never moves it aside.
+    """
+
+
+def refuse_newer(db: sqlite3.Connection, target: int, path: str | Path) -> int:
+    """The store's layout version (``PRAGMA user_version``); StoreVersionError when newer than ``target``."""
+    old = db.execute("PRAGMA user_version").fetchone()[0]
+    if old > target:
+        raise StoreVersionError(f"store {path} has schema version {old}, newer than this gpuperf's ({target}): "
+                                "install the newer gpuperf again, or move the store aside")
+    return old

@@ -31,7 +31,11 @@ def run(args: argparse.Namespace) -> int:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        controller_serve(cfg, stop=stop)
+        try:
+            controller_serve(cfg, stop=stop)
+        except OSError as e:  # its store (one of a newer gpuperf, unreadable), its port: say so, exit 2
+            log.get("controller").error("controller service cannot start: %s", e)
+            return 2
         return 0
     from gpuperf.daemon.server import serve
 

@@ -4,7 +4,8 @@ Jobs carry the columns ``gpuperf jobs`` filters and sorts on (end time, user, wa
 GPU-hours), each indexed; the zlib-compressed summaries live in a table of their own, so a
 listing reads narrow rows only (100,000 jobs: benchmarks/jobs_query.py). The file (and its -wal/-shm) is 0600 and a directory created for it
 0700 (``gpuperf.statefiles``): job summaries are private to their owners, and users read theirs
-through ``gpuperf report`` (sacct) instead.
+through ``gpuperf report`` (sacct) instead. A store of a newer layout (``PRAGMA user_version`` above
+``SCHEMA_VERSION``: a downgrade) is refused with ``statefiles.StoreVersionError`` and left untouched.
 """
 
 from __future__ import annotations
@@ -61,14 +62,23 @@ class ClusterStore:
             if not os.path.exists(self.path):
                 raise FileNotFoundError(self.path)
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            self._refuse_newer()
             return
         statefiles.private_db(self.path)  # 0600 before SQLite writes anything; its directory 0700
         self.db = sqlite3.connect(self.path, timeout=10)
+        self._refuse_newer()  # before anything is written: a newer gpuperf's store is left as it was
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
         self.db.executescript(_SCHEMA)
         self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _refuse_newer(self) -> None:
+        try:
+            statefiles.refuse_newer(self.db, SCHEMA_VERSION, self.path)
+        except statefiles.StoreVersionError:
+            self.db.close()
+            raise
 
     def _migrate(self) -> None:
         """Older layouts: summaries inside ``jobs`` move to ``job_summaries``; resends get counted (``copies``)."""

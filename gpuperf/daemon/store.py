@@ -55,20 +55,13 @@ SCHEMA_VERSION = 1
 MIGRATIONS: tuple[tuple[int, str], ...] = ((1, ""),)
 
 
-class StoreVersionError(OSError):
-    """The store was written by a newer gpuperf (a downgrade): kept untouched, not opened.
-
-    An OSError so the daemon reports it like any store it cannot open, and never moves it aside.
-    """
+StoreVersionError = statefiles.StoreVersionError  # a store of a newer gpuperf: refused, left untouched
 
 
 def migrate(db: sqlite3.Connection, target: int = SCHEMA_VERSION,
             steps: tuple[tuple[int, str], ...] = MIGRATIONS) -> int:
     """Bring an open store to ``target`` (tables created, then each newer step); returns the old version."""
-    old = db.execute("PRAGMA user_version").fetchone()[0]
-    if old > target:
-        raise StoreVersionError(f"store schema version {old} is newer than this gpuperf's ({target}): "
-                                "install the newer gpuperf again, or move the store aside")
+    old = statefiles.refuse_newer(db, target, db.execute("PRAGMA database_list").fetchone()[2])
     if old == target:
         db.executescript(_SCHEMA)  # idempotent: a table added by hand-deleted files comes back
         return old

@@ -116,3 +116,42 @@ def test_a_store_of_a_newer_gpuperf_is_refused_and_left_untouched(tmp_path):
         Store(path)
     assert path.read_bytes() == before
     assert statefiles.world_access(0o644) and not statefiles.world_access(0o640)
+
+
+def _newer_cluster_store(path) -> bytes:
+    from gpuperf.controller import clusterstore
+
+    with ClusterStore(path) as st:
+        st.put_node_summary({"job_id": 3, "nodes": ["n1"], "user": "bob"})
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version={clusterstore.SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    return path.read_bytes()
+
+
+def test_a_cluster_store_of_a_newer_gpuperf_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "cluster.sqlite"
+    before = _newer_cluster_store(path)
+    for readonly in (False, True):
+        with pytest.raises(statefiles.StoreVersionError, match="newer than this gpuperf's"):
+            ClusterStore(path, readonly=readonly)
+    assert path.read_bytes() == before
+
+
+def test_the_controller_service_refuses_a_newer_store_with_one_clear_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "state" / "cluster.sqlite"
+    path.parent.mkdir()
+    before = _newer_cluster_store(path)
+    conf = tmp_path / "gpuperf.toml"
+    conf.write_text(f'[general]\nstate_dir = "{tmp_path / "state"}"\nrun_dir = "{tmp_path / "run"}"\nlog_file = ""\n'
+                    f'[controller]\nstore = "{path}"\nport = 1\n')
+    p = subprocess.run([sys.executable, "-m", "gpuperf.cli", "daemon", "--controller"], capture_output=True, text=True,
+                       env=dict(os.environ, GPUPERF_CONFIG=str(conf)), timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "controller service cannot start" in p.stderr and "newer than this gpuperf's" in p.stderr
+    assert "Traceback" not in p.stderr
+    assert path.read_bytes() == before
