@@ -1,7 +1,10 @@
 """Talking to the node daemon from hooks and the CLI: one request, one reply, a hard time limit.
 
 Hooks (root) use the control socket; users' commands (``gpuperf top``, ``report`` of a running job)
-use the user socket, where the daemon answers for the caller's own jobs only.
+use the user socket, where the daemon answers for the caller's own jobs only. The prolog's own
+requests (``HOOK_OPS``: small replies) go over the daemon's hook socket when it is there: the same
+messages and uid rule, but the standard library's socket instead of pyzmq, whose import alone costs
+a prolog that runs every step itself ~20 ms (benchmarks/hook_latency.py, the ``full`` row).
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import json
 import os
 from typing import Any
 
-import zmq
-
 from gpuperf.daemon import protocol
 from gpuperf.daemon.protocol import control_endpoint, user_endpoint
+
+
+# requests whose replies are small (well under a SEQPACKET message's limit, the socket's send buffer)
+HOOK_OPS = frozenset({"health", "register"})
 
 
 class DaemonUnavailable(Exception):
@@ -38,11 +43,22 @@ def call(cfg: Any, op: str, job: dict[str, Any] | None = None, timeout_s: float 
          channel: str | None = None) -> dict[str, Any]:
     """Send one request; the reply (``ok`` true or false), or DaemonUnavailable after ``timeout_s``."""
     timeout_s = float(timeout_s if timeout_s is not None else cfg.daemon.request_timeout_s)
+    channel = channel or default_channel()
+    if channel == "control" and op in HOOK_OPS:
+        from gpuperf.daemon import hooksock
+
+        if os.path.exists(hooksock.path_of(cfg.daemon.socket_dir)):
+            try:
+                return hooksock.call(cfg.daemon.socket_dir, op, job, timeout_s)
+            except hooksock.HookSocketUnavailable as e:
+                raise DaemonUnavailable(str(e)) from None
     ep = endpoint(cfg, channel)
     path = ep[len("ipc://"):]
     if not os.path.exists(path):
         # libzmq would wait for the socket to appear: fail at once instead
         raise DaemonUnavailable(f"no daemon socket at {path}")
+    import zmq  # here, not at the top: the hook socket's callers never need it
+
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)

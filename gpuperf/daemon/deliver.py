@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from gpuperf import jobstate, log
-from gpuperf.fleet import probe as fleet_probe
 
 
 def pending_dir(state_dir: str) -> Path:
@@ -73,6 +72,8 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
         out["errors"].append(f"no summary module: {e}")
         return out
     try:
+        from gpuperf.fleet import probe as fleet_probe  # here: the prolog imports this module for write_pending
+
         ctx = dict(context)
         ctx.setdefault("job_id", job_id)
         ctx.setdefault("node", aggregates.get("node"))

@@ -10,7 +10,6 @@ Pure: no I/O.
 from __future__ import annotations
 
 import zlib
-from collections import namedtuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -64,14 +63,57 @@ VARIABLE_CLASSES: dict[str, str] = {
 }
 
 
-# namedtuples and a plain class, not dataclasses or typing.NamedTuple: the TaskProlog imports this
-# module, and dataclasses (with inspect) or typing cost a fresh process more than the work it does.
+class _Record(tuple):
+    """A namedtuple's essentials (named fields, trailing defaults, tuple equality, ``_asdict``).
+
+    Not ``collections.namedtuple``, dataclasses or typing.NamedTuple: the TaskProlog imports this module
+    in every task, and ``collections`` alone costs its fresh process ~2 ms (more than the work it does).
+    """
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+    _defaults: tuple[Any, ...] = ()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        for i, name in enumerate(cls._fields):
+            setattr(cls, name, property(lambda self, i=i: self[i], doc=f"field {i}: {name}"))
+
+    def __new__(cls, *args: Any, **kw: Any) -> Any:
+        fields, first_default = cls._fields, len(cls._fields) - len(cls._defaults)
+        if len(args) > len(fields):
+            raise TypeError(f"{cls.__name__}() takes {len(fields)} fields, {len(args)} given")
+        vals = list(args)
+        for i in range(len(args), len(fields)):
+            if fields[i] in kw:
+                vals.append(kw.pop(fields[i]))
+            elif i >= first_default:
+                vals.append(cls._defaults[i - first_default])
+            else:
+                raise TypeError(f"{cls.__name__}() missing field {fields[i]!r}")
+        if kw:
+            raise TypeError(f"{cls.__name__}() got unknown or repeated fields {sorted(kw)}")
+        return tuple.__new__(cls, vals)
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self)  # copy and pickle rebuild from the fields, not from one tuple argument
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={v!r}' for n, v in zip(self._fields, self))})"
+
+    def _asdict(self) -> dict[str, Any]:
+        """The fields as a dict, in order."""
+        return dict(zip(self._fields, self))
+
+
 # EnvVar: name, value, reason, rule; nccl_below: applies only while the job's NCCL is older than this
 # (unknown version: applies); per_task: the value is decided in each task ("omp_threads"), not here
-class EnvVar(namedtuple("EnvVar", "name value reason rule nccl_below per_task", defaults=(None, None))):
+class EnvVar(_Record):
     """One variable to inject, why, and which rule produced it."""
 
     __slots__ = ()
+    _fields = ("name", "value", "reason", "rule", "nccl_below", "per_task")
+    _defaults = (None, None)
     name: str
     value: str
     reason: str
@@ -93,10 +135,11 @@ class EnvVar(namedtuple("EnvVar", "name value reason rule nccl_below per_task", 
                       tuple(below) if below else None, d.get("per_task"))
 
 
-class Skipped(namedtuple("Skipped", "name reason rule")):
+class Skipped(_Record):
     """A variable the policy considered and did not set, and why."""
 
     __slots__ = ()
+    _fields = ("name", "reason", "rule")
     name: str
     reason: str
     rule: str

@@ -112,17 +112,20 @@ def test_mismatch_rule():
 
 
 def test_scan_jobs_real_process_usage():
-    burn = subprocess.Popen(["/usr/bin/python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<0.6: pass\ntime.sleep(30)"],
-                            env={"SLURM_JOB_ID": "8080"})
+    # 0.6 s of CPU, bounded by the child's own CPU clock (not wall time: a loaded machine would stretch
+    # it), then a line on stdout says it is idle
+    burn = subprocess.Popen(["/usr/bin/python3", "-c", "import time, sys\nwhile time.process_time()<0.6: pass\n"
+                             "print('idle', flush=True)\ntime.sleep(30)"],
+                            env={"SLURM_JOB_ID": "8080"}, stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.8)
+        assert burn.stdout.readline() == "idle\n"
         attr = Attributor()
         u = hostusage.scan_jobs(attr, {8080, 8081})
         assert set(u) == {8080, 8081} and u[8081].procs == {}
         (key, (cpu_s, _io, ppid)), = u[8080].procs.items()
         assert ppid == os.getpid()
         assert key.startswith(f"{burn.pid}:")
-        assert 0.3 <= cpu_s <= 2.0
+        assert 0.55 <= cpu_s <= 1.2  # /proc counts in clock ticks
         assert u[8080].rss_mib > 1.0
     finally:
         burn.kill()

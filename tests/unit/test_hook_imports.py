@@ -33,6 +33,7 @@ HEAVY = (
     "gpuperf.prolog.health", "gpuperf.diagnosis", "gpuperf.slurm",  # checks, policies, discovery
     "tomllib",      # the config comes from gpuperf.hookconf's cache
     "typing",       # pulls collections, functools, contextlib: annotations stay strings
+    "collections",  # ~2 ms: gpuperf.env.plan keeps its records without namedtuple
     "re", "json",   # json imports re: gpuperf.jsonlite drives the same C codec
     "logging",      # loaded when there is something to log
     "socket",       # enum and selectors: the hook socket's client uses _socket
@@ -91,6 +92,27 @@ def test_prolog_full_path_still_runs_when_the_daemon_is_absent(base, conf):
     rec = json.loads((Path(conf.general.run_dir) / "jobs" / "4201" / "prolog.json").read_text())
     assert rec["data"]["fast_path"] == "no daemon hook socket" and "health" in rec["steps"]
     assert {"gpuperf.checks", "gpuperf.prolog.envplan", "logging"} <= set(heavy_in(modules))
+
+
+def test_prolog_full_path_asks_the_daemon_without_pyzmq(base, conf):
+    """Every step in the process (fast path off): health and registration still come from the daemon,
+    over the hook socket, so the process never imports pyzmq (~20 ms of its start)."""
+    full = base / "full-path.toml"
+    text = Path(os.environ["GPUPERF_CONFIG"]).read_text()
+    assert "prolog_fast_path = true" in text  # a broken config would run on defaults: the machine's own paths
+    full.write_text(text.replace("prolog_fast_path = true", "prolog_fast_path = false"))
+    env = {**job_env(4151), "GPUPERF_CONFIG": str(full)}
+    with Running(conf, ScriptSampler(n=8), health_fn=lambda: HEALTHY) as r:
+        p, modules = run_entry("gpuperf-prolog", env, base / "modules")
+        assert p.returncode == 0, p.stderr
+        assert 4151 in r.d.running  # registered with the daemon
+    rec = json.loads((Path(conf.general.run_dir) / "jobs" / "4151" / "prolog.json").read_text())
+    assert "via" not in rec["data"] and {"health", "register"} <= set(rec["steps"])  # the steps ran here
+    assert rec["data"]["register"]["ok"] is True
+    # the daemon's cached results, not a local check run: its pcie_link warning is the one recorded
+    assert any(c.get("code") == "pcie_link" and c.get("detail") == HEALTHY[1]["detail"]
+               for c in rec["data"]["health"]["results"]), rec["data"]["health"]
+    assert "gpuperf.daemon.hooksock" in modules and "zmq" not in modules
 
 
 @pytest.mark.parametrize("script", ["gpuperf-prolog", "gpuperf-taskprolog"])
