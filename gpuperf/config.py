@@ -53,6 +53,12 @@ def _positive(v: float) -> None:
         raise ValueError("must be > 0")
 
 
+def _http_url(v: str) -> None:
+    # the report queries it with urllib: anything but http(s)://host[:port][/path] would fail late
+    if v and not (v.startswith(("http://", "https://")) and len(v.split("://", 1)[1].strip("/")) > 0):
+        raise ValueError("must be empty or an http:// or https:// URL (\"http://prometheus:9090\")")
+
+
 def _hook_bound(v: float) -> None:
     # above an hour a hook is not bounded in any useful sense (Slurm's own timeouts are minutes)
     if not 0 < v <= 3600:
@@ -153,6 +159,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),
         "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults", validate=_report_thresholds),
         "html_max_points": Key(int, 2000, "points per time-series line in --html pages (longer series are averaged)", validate=_positive),
+        "prometheus_url": Key(str, "", "Prometheus that scrapes the daemons' /metrics: reports chart jobs from it first "
+                              "(then the node daemon, then the controller store); empty: not used", validate=_http_url),
+        "prometheus_timeout_s": Key(float, 5.0, "time limit of one Prometheus query", validate=_positive),
+        "prometheus_node_label": Key(str, "instance", "label naming the node in the daemons' series "
+                                     "(its value: node, node:port or node.domain:port)"),
+        "prometheus_scrape_s": Key(float, 15.0, "the daemons' scrape interval: the shortest step of a query", validate=_positive),
     },
     "controller": {
         "address": Key(str, "", "host:port of the controller's collector; empty: SlurmctldHost"),

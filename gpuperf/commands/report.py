@@ -1,7 +1,9 @@
 """``gpuperf report JOBID [--json] [--html FILE]``: a job's efficiency report.
 
-Time series (the terminal chart, the HTML page's charts) come from the node's daemon while it still
-holds them, else from the series the nodes sent to the controller with their summaries. The summary comes from the first source that has it: the node daemon (running jobs, live), the
+Time series (the terminal chart, the HTML page's charts) come from Prometheus when the admin set
+``report.prometheus_url`` (the same view from any host, at full precision), else from the node's
+daemon while it still holds them, else from the series the nodes sent to the controller with their
+summaries; a source that cannot answer is skipped and named in the report's source line. The summary comes from the first source that has it: the node daemon (running jobs, live), the
 controller's store, the node daemon's store of finished jobs, and finally the AdminComment in
 sacct, so a report survives the loss of the node. Users read only their own jobs; root and
 ``general.admin_users`` read all.
@@ -22,6 +24,9 @@ from gpuperf.controller import clusterstore
 from gpuperf.slurm import Slurm, SlurmError
 
 
+SERIES_SOURCES = ("auto", "prometheus", "daemon", "controller")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``gpuperf report``."""
     p.add_argument("job_id", type=int, metavar="JOBID")
@@ -29,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML page with charts to FILE")
     p.add_argument("--source", choices=("auto", "daemon", "controller", "sacct"), default="auto",
                    help="where to read the summary (default: the first that has it)")
+    p.add_argument("--series-source", choices=SERIES_SOURCES, default="auto",
+                   help="where to read the time series (default: Prometheus when configured, the node daemon, "
+                        "the controller store: the first that has them)")
 
 
 @dataclass
@@ -91,10 +99,62 @@ def _series_from_controller(cfg, job_id: int, offsets: dict[str, float]) -> dict
     return out or None
 
 
-def job_series(cfg, job_id: int, s: dict, max_points: int) -> dict | None:
-    """The job's per-GPU series: the node's daemon while it still has them, else the controller's store."""
-    return _series(cfg, job_id, max_points) or _series_from_controller(
-        cfg, job_id, (s.get("quality") or {}).get("clock_offsets_s") or {})
+@dataclass
+class Series:
+    """A job's series (None: no source had them), the source that gave them, and why others did not."""
+
+    data: dict | None
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        """Where the series came from (and what was skipped), for the report's source line."""
+        skipped = "; ".join(self.notes)
+        if self.data:
+            return f"series from {self.source}" + (f" ({skipped})" if skipped else "")
+        return "no time series" + (f": {skipped}" if skipped else "")
+
+
+def _series_from_prometheus(cfg, s: dict, max_points: int) -> dict | None:
+    from gpuperf import series as series_mod
+    from gpuperf.report import promseries
+
+    r = cfg.report
+    # no more points than the controller's series keep: a line per GPU, whatever the page's own bound
+    points = min(max_points, series_mod.MAX_POINTS)
+    return promseries.job_series(r.prometheus_url, s, points, r.prometheus_node_label, r.prometheus_scrape_s,
+                                 r.prometheus_timeout_s) or None
+
+
+def job_series(cfg, job_id: int, s: dict, max_points: int, which: str = "auto") -> Series:
+    """The job's per-GPU series from the first source that has them: Prometheus (when configured), the
+    node's daemon, the controller's store. A failing source is noted, never raised."""
+    steps: list[tuple[str, Any]] = []
+    if which in ("auto", "prometheus"):
+        if cfg.report.prometheus_url:
+            from gpuperf.report import promseries
+
+            steps.append((promseries.describe(cfg.report.prometheus_url), lambda: _series_from_prometheus(cfg, s, max_points)))
+        elif which == "prometheus":
+            return Series(None, notes=["Prometheus: report.prometheus_url is not set"])
+    if which in ("auto", "daemon"):
+        steps.append(("node daemon", lambda: _series(cfg, job_id, max_points)))
+    if which in ("auto", "controller"):
+        offsets = (s.get("quality") or {}).get("clock_offsets_s") or {}
+        steps.append(("controller store", lambda: _series_from_controller(cfg, job_id, offsets)))
+    notes = []
+    for name, fn in steps:
+        try:
+            got = fn()
+        except Exception as e:  # noqa: BLE001 - a source that cannot answer means the next one (PrometheusError included)
+            notes.append(f"{name}: {e}")
+            continue
+        if got:
+            return Series(got, name, notes)
+        # the daemon and the store are only worth naming when asked for: they are absent on most hosts
+        if name.startswith("Prometheus") or which != "auto":
+            notes.append(f"{name}: no data for this job")
+    return Series(None, notes=notes)
 
 
 def _from_controller(cfg, job_id: int) -> dict | None:
@@ -169,30 +229,30 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from gpuperf.report import html
 
-        # the node's daemon keeps series of its own GPUs for a while, whatever source had the summary
-        series = job_series(cfg, args.job_id, s, cfg.report.html_max_points)
-        if series:
+        # whatever source had the summary: the series come from their own sources
+        got = job_series(cfg, args.job_id, s, cfg.report.html_max_points, args.series_source)
+        if got.data:
             # the series add evidence (bursts) the summary alone cannot show
-            s = dict(s, diagnosis=diagnosis.diagnose(s, series, cfg.report.thresholds).to_dict())
+            s = dict(s, diagnosis=diagnosis.diagnose(s, got.data, cfg.report.thresholds).to_dict())
         from gpuperf.fleet.jobview import job_fleet
 
-        page = html.render(s, series, cfg.report.html_max_points, fleet=job_fleet(cfg, s))
+        page = html.render(s, got.data, cfg.report.html_max_points, fleet=job_fleet(cfg, s), series_note=got.line())
         try:
             with open(args.html, "w", encoding="utf-8") as f:
                 f.write(page)
         except OSError as e:
             print(f"gpuperf report: cannot write {args.html}: {e.strerror}", file=sys.stderr)
             return 1
-        print(f"wrote {args.html} ({len(page) // 1024} KiB, summary from {found.source})", file=sys.stderr)
+        print(f"wrote {args.html} ({len(page) // 1024} KiB, summary from {found.source}; {got.line()})", file=sys.stderr)
     if not args.json and not args.html:
         from gpuperf.report import terminal
 
         width = min(os.get_terminal_size().columns, 130) if sys.stdout.isatty() else 110
         sys.stdout.write(terminal.render(s, width=width, color=sys.stdout.isatty()))
-        series = job_series(cfg, args.job_id, s, cfg.report.html_max_points)
-        if series:
+        got = job_series(cfg, args.job_id, s, cfg.report.html_max_points, args.series_source)
+        if got.data:
             from gpuperf.report import timechart
 
-            sys.stdout.write("\n" + timechart.render(series, width=width, color=sys.stdout.isatty()))
-        print(f"(summary from {found.source}{'' if series else '; no time series'})")
+            sys.stdout.write("\n" + timechart.render(got.data, width=width, color=sys.stdout.isatty()))
+        print(f"(summary from {found.source}; {got.line()})")
     return 0

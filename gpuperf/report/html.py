@@ -1,8 +1,8 @@
 """The job report as one self-contained HTML page: plotly charts with plotly.js inlined, no fetches.
 
 Charts: SM active, tensor active, DRAM active, power and NVLink per GPU over time (when a series
-is available: from the node daemon's store), and the job on its GPU's roofline (always, when the
-GPU model is known). Series longer than ``max_points`` are averaged into buckets first.
+is available: from Prometheus, the node daemon's store or the controller's; the page says which),
+and the job on its GPU's roofline (always, when the GPU model is known). Series longer than ``max_points`` are averaged into buckets first.
 """
 
 from __future__ import annotations
@@ -198,9 +198,10 @@ def _summary_html(s: dict) -> str:
     return "\n".join(parts)
 
 
-def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 2000, fleet: dict | None = None) -> str:
+def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 2000, fleet: dict | None = None,
+           series_note: str | None = None) -> str:
     """The whole page: summary, diagnosis, fleet health (``fleet``: ``gpuperf.fleet.jobview``), time-series
-    charts per GPU, roofline; plotly.js inline."""
+    charts per GPU (``series_note``: where they came from), roofline; plotly.js inline."""
     figs: list[tuple[str, go.Figure]] = []
     if series:
         for cid, title, unit, fields, scale in CHARTS:
@@ -212,8 +213,11 @@ def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 200
         figs.append(("chart-roofline", roof))
     body = [_summary_html(s), fleetsection.render(s, fleet)]
     if not series:
-        body.append("<p class='note' id='no-series'>No time series: the node's store no longer holds this job "
-                    "(summary from the controller or sacct).</p>")
+        why = ((series_note or "").removeprefix("no time series").removeprefix(": ")
+               or "the node's store no longer holds this job (summary from the controller or sacct)")
+        body.append(f"<p class='note' id='no-series'>No time series: {_e(why)}.</p>")
+    elif series_note:
+        body.append(f"<p class='sub' id='series-source'>Time {_e(series_note)}.</p>")
     body += [f"<div class='chart'>{_fig_html(f, cid)}</div>" for cid, f in figs]
     body.append("<h2>Summary (gpuperf.summary.v1)</h2><details><summary>JSON</summary><pre>"
                 + _e(json.dumps(s, indent=1, sort_keys=True)) + "</pre></details>")
