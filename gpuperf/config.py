@@ -96,6 +96,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "general": {
         "run_dir": Key(str, "/run/gpuperf", "per-job state of running jobs (tmpfs)"),
         "state_dir": Key(str, "/var/lib/gpuperf", "durable state (SQLite stores)"),
+        "state_group": Key(str, "", "group that may read the job stores (state_dir 0750, stores 0640); empty: root only (0700/0600)"),
         "log_file": Key(str, "/var/log/gpuperf/gpuperf.log", "log file; empty string: stderr only"),
         "log_level": Key(str, "info", "", choices=("debug", "info", "warning", "error")),
         "slurm_bin_dir": Key(str, "/usr/bin", "where scontrol, sacct, sacctmgr live (hooks get no PATH)"),

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_mod.load()  # a ConfigError is reported by gpuperf.cli (exit 2)
     name = "collector" if args.controller else "daemon"
     log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=args.foreground or not cfg.general.log_file)
+    _prepare_state_dir(cfg, log.get(name))
     if args.controller:
         from gpuperf.controller.service import serve as controller_serve
 
@@ -40,3 +41,14 @@ def run(args: argparse.Namespace) -> int:
     from gpuperf.daemon.server import serve
 
     return serve(cfg, args.backend)
+
+
+def _prepare_state_dir(cfg, logger) -> None:
+    """state_dir as ``general.state_group`` says, before a store opens in it (each start: after systemd's
+    StateDirectory= handling); a problem is logged and the stores stay private."""
+    from gpuperf import statefiles
+
+    try:
+        statefiles.prepare_state_dir(cfg.general.state_dir, cfg.general.state_group)
+    except (OSError, LookupError) as e:
+        logger.error("state directory %s: %s", cfg.general.state_dir, e)

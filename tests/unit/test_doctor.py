@@ -1,5 +1,5 @@
-"""``gpuperf doctor``'s pure parts: parsers of Slurm's output and the checks over planted facts
-(the faults the real-cluster test cannot plant: PrologFlags without Alloc, a skewed clock)."""
+"""``gpuperf doctor``'s pure parts: parsers of Slurm's output and the checks over planted facts (every
+boundary of each check; tests/integration/test_doctor_slurm.py plants the same faults on the real cluster)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,17 @@ GOOD = {
     "node": True, "controller": True, "node_name": "n1", "config_source": "/etc/gpuperf/config.toml",
     "slurm": {"Prolog": "/opt/gpuperf/bin/gpuperf-prolog", "Epilog": "/opt/gpuperf/bin/gpuperf-epilog",
               "TaskProlog": "/opt/gpuperf/bin/gpuperf-taskprolog",
-              "EpilogSlurmctld": "/opt/gpuperf/bin/gpuperf-epilog-slurmctld", "PrologFlags": "Alloc,Contain"},
+              "EpilogSlurmctld": "/opt/gpuperf/bin/gpuperf-epilog-slurmctld", "PrologFlags": "Alloc,Contain",
+              "PrologEpilogTimeout": "120"},
     "executable": {f"/opt/gpuperf/bin/gpuperf-{h}": True for h in ("prolog", "epilog", "taskprolog", "epilog-slurmctld")},
     "plugstack_path": "/etc/slurm/plugstack.conf",
     "plugstack_lines": ["optional /opt/gpuperf/lib/gpuperf_spank.so run_dir=/run/gpuperf"],
     "spank_exists": {"/opt/gpuperf/lib/gpuperf_spank.so": True}, "srun_has_option": True,
     "daemon": {"pid": 7, "backend": "nvml", "gpus": 8}, "gres_gpus": 8,
     "collector": "tcp://ctl:9403", "sacctmgr": (1, " Nothing modified\n"),
-    "modes": {"/var/lib/gpuperf": (0o700, True, "private")}, "skew_s": 0.3,
+    "modes": {"/var/lib/gpuperf": (0o700, True, "private", "root"),
+              "/var/lib/gpuperf/daemon.sqlite": (0o600, False, "private", "root")},
+    "state_group": "", "skew_s": 0.3, "watchdog_s": 60.0,
 }
 
 
@@ -63,3 +66,50 @@ def test_parsers_read_slurm_output():
     assert doctor.parse_key_values("PrologFlags             = Alloc,Contain\nConfiguration data as of x\n") == \
         {"PrologFlags": "Alloc,Contain"}
     assert doctor.parse_key_values("SlurmctldHost[0]        = ctl(10.0.0.1)")["SlurmctldHost[0]"] == "ctl(10.0.0.1)"
+
+
+def _finding(facts, code):
+    found = [x for x in doctor.diagnose(facts) if x.code == code]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_prolog_epilog_timeout_must_be_above_the_watchdog_bound_with_the_snippets_margin():
+    def judged(timeout, bound=60.0):
+        return _finding(dict(GOOD, watchdog_s=bound, slurm=dict(GOOD["slurm"], PrologEpilogTimeout=timeout)),
+                        "prolog_timeout")
+
+    unset = judged("65534")  # what 22.05's scontrol shows when slurm.conf does not set it
+    assert unset.status == "warn" and "unset" in unset.detail and "PrologEpilogTimeout=120" in unset.fix
+    assert judged("89").status == "warn" and "30 s" in judged("89").detail
+    assert judged("90").status == "ok"
+    assert judged("60").status == "fail" and "drain" in judged("60").detail  # Slurm kills gpuperf's hook first
+    assert "PrologEpilogTimeout=330" in judged("200", bound=300.0).fix
+    assert _codes(dict(GOOD, node=False, slurm=dict(GOOD["slurm"], PrologEpilogTimeout="10"))) == []
+
+
+def _with_modes(group, dir_mode=0o750, file_mode=0o640, owner="gpuadmin", **extra):
+    return dict(GOOD, state_group=group, modes={"/var/lib/gpuperf": (dir_mode, True, "private", owner),
+                                                "/var/lib/gpuperf/daemon.sqlite": (file_mode, False, "private", owner)},
+                **extra)
+
+
+def test_stores_shared_with_the_named_group_pass_and_a_group_not_applied_warns():
+    assert _finding(_with_modes("gpuadmin"), "modes").status == "ok"
+    f = [x for x in doctor.diagnose(_with_modes("gpuadmin", 0o700, 0o600, "root")) if x.code == "modes"]
+    assert [x.status for x in f] == ["warn", "warn"] and "gpuadmin cannot read it" in f[0].detail
+    assert "chgrp gpuadmin /var/lib/gpuperf; chmod 0750" in f[0].fix and "chmod 0640" in f[1].fix
+    assert doctor.exit_code(doctor.diagnose(_with_modes("gpuadmin", 0o700, 0o600, "root"))) == 0
+
+
+def test_a_state_group_this_host_lacks_fails_and_world_access_fails_whatever_the_group():
+    f = [x for x in doctor.diagnose(_with_modes("nosuch", 0o700, 0o600, "root", state_group_exists=False))
+         if x.status == "fail"]
+    assert [x.code for x in f] == ["modes"] and "'nosuch': no such group" in f[0].detail and "groupadd" in f[0].fix
+    assert _codes(_with_modes("gpuadmin", 0o755, 0o644)) == ["modes"]
+
+
+def test_group_access_without_state_group_warns():
+    f = [x for x in doctor.diagnose(_with_modes("")) if x.code == "modes"]
+    assert {x.status for x in f} == {"warn"} and "state_group is unset" in f[0].detail
+    assert "chmod 0700 /var/lib/gpuperf" in f[0].fix

@@ -155,3 +155,61 @@ def test_the_controller_service_refuses_a_newer_store_with_one_clear_line_and_ex
     assert "controller service cannot start" in p.stderr and "newer than this gpuperf's" in p.stderr
     assert "Traceback" not in p.stderr
     assert path.read_bytes() == before
+
+
+def _some_group() -> tuple[str, int]:
+    """A group other than root's that every Debian host has (the stores are handed to it)."""
+    import grp
+
+    g = next(g for g in sorted(grp.getgrall(), key=lambda g: g.gr_gid) if g.gr_gid != 0)
+    return g.gr_name, g.gr_gid
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="handing files to another group needs root")
+
+
+@needs_root
+def test_state_group_makes_state_dir_0750_and_every_store_0640_to_that_group(tmp_path):
+    name, gid = _some_group()
+    state = statefiles.prepare_state_dir(tmp_path / "state", name)
+    assert _mode(state) == 0o750 and os.stat(state).st_gid == gid
+    daemon = _write_daemon(state / "daemon.sqlite")
+    try:
+        with ClusterStore(state / "cluster.sqlite") as ctl:
+            ctl.put_node_summary({"job_id": 3, "nodes": ["n1"], "user": "bob"})
+            for store in ("daemon.sqlite", "cluster.sqlite"):
+                for suffix in ("", "-wal", "-shm"):  # SQLite made the side files itself, after the store file
+                    p = state / f"{store}{suffix}"
+                    assert (_mode(p), os.stat(p).st_gid) == (0o640, gid), p
+    finally:
+        daemon.close()
+
+
+@needs_root
+def test_state_group_on_then_off_applies_to_existing_stores_and_the_directory(tmp_path):
+    name, gid = _some_group()
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(state, 0o755)  # as an older install left it
+    _write_daemon(state / "daemon.sqlite").close()
+    assert _mode(state / "daemon.sqlite") == 0o600
+    statefiles.prepare_state_dir(state, name)  # the admin names a group: the next start hands the store over
+    _write_daemon(state / "daemon.sqlite").close()
+    assert (_mode(state / "daemon.sqlite"), os.stat(state / "daemon.sqlite").st_gid) == (0o640, gid)
+    statefiles.prepare_state_dir(state, "")  # and takes it back: the directory closes, nobody else enters
+    assert _mode(state) == 0o700
+
+
+def test_an_unknown_state_group_changes_nothing_and_names_the_group(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(state, 0o700)
+    with pytest.raises(LookupError, match="no such group 'gp-no-such-group'"):
+        statefiles.prepare_state_dir(state, "gp-no-such-group")
+    assert _mode(state) == 0o700
+
+
+def test_a_directory_open_to_others_keeps_its_stores_0600_whatever_its_group():
+    assert statefiles.group_shared(0o750) and statefiles.group_shared(0o2770)
+    assert not statefiles.group_shared(0o755) and not statefiles.group_shared(0o700)
+    assert not statefiles.group_shared(0o1777) and not statefiles.group_shared(0o710)
