@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server")
+# faketime (libfaketime): a slurmctld whose clock is off, for gpuperf doctor's clock check (restart_slurmctld)
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server", "faketime")
 TEST_USER = "gpuperf-user"
 SBIN = Path("/usr/sbin")
 GLOBAL_LOCK = Path("/tmp/gpuperf-slurm-setup.lock")

@@ -224,6 +224,19 @@ class SlurmCluster:
         wait_for(lambda: (pid := read_pid(pf)) is not None and owned(pid, str(self.dir)), 20,
               f"{name} to write {pf} (log/{name}.log)")
 
+    def restart_slurmctld(self, wrapper: Sequence[str] = (), timeout: float = 60) -> None:
+        """Stop this instance's slurmctld and start it again (its state is kept: StateSaveLocation), run
+        by ``wrapper`` when given (``["/usr/bin/faketime", "-f", "+600s"]``: a controller whose clock is
+        off); waits until it answers and the nodes are idle again. ``restart_slurmctld()`` undoes it."""
+        with locked(self._lock_path()):
+            pid = self.daemons()["slurmctld"]
+            if pid:
+                terminate([pid], str(self.dir), 15)
+            self._start([*wrapper, str(SBIN / "slurmctld")], "slurmctld")
+            wait_for(self._ctld_up, timeout, "slurmctld to answer after its restart (log/slurmctld.log)")
+            self.resume_all()
+            wait_for(self._nodes_idle, timeout, "nodes idle after slurmctld's restart", 0.2)
+
     def _start_mariadb(self) -> None:
         l = self.layout
         my = pwd.getpwnam("mysql")

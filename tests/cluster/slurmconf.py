@@ -24,6 +24,7 @@ VENV_BIN = PREFIX / "venv" / "bin"
 # the hooks' stable paths that slurm.conf.snippet names (packages and install.sh make them); older
 # installs of a checkout have only the venv's
 HOOK_BIN = PREFIX / "bin" if (PREFIX / "bin" / "gpuperf-prolog").exists() else VENV_BIN
+PROLOG_EPILOG_TIMEOUT_S = 120  # the snippet's value (tests/cluster/test_slurmconf.py keeps them equal)
 HOOKS = {  # wrapper name in <dir>/hooks -> gpuperf entry point
     "prolog": "gpuperf-prolog",
     "epilog": "gpuperf-epilog",
@@ -195,6 +196,8 @@ def slurm_conf(l: Layout) -> str:
         "SlurmdParameters=config_overrides",
         *plugins,
         "PrologFlags=Alloc,Contain",
+        # as packaging/slurm.conf.snippet: gpuperf's watchdog bounds (60 s) end its hooks first, with margin
+        f"PrologEpilogTimeout={PROLOG_EPILOG_TIMEOUT_S}",
         f"Prolog={hooks}/prolog",
         f"Epilog={hooks}/epilog",
         f"TaskProlog={hooks}/taskprolog",

@@ -119,3 +119,16 @@ def test_hook_wrappers_choose_the_nodes_config(tmp_path):
     assert _wrapper_config(l, "epilog-slurmctld", {"SLURMD_NODENAME": "wn2"}, tmp_path)[0] == str(l.gpuperf_conf)
     one = sc.make_layout("v", "h", root=tmp_path)
     assert _wrapper_config(one, "taskprolog", {}, tmp_path)[0] == str(one.gpuperf_conf)
+
+
+def test_prolog_epilog_timeout_is_the_snippets_and_above_every_watchdog_bound_with_its_margin():
+    from gpuperf import watchdog
+    from gpuperf.commands.doctor_checks import TIMEOUT_MARGIN_S
+
+    snippet = (Path(__file__).parents[2] / "packaging" / "slurm.conf.snippet").read_text()
+    assert f"PrologEpilogTimeout={sc.PROLOG_EPILOG_TIMEOUT_S}\n" in snippet
+    conf = sc.slurm_conf(sc.make_layout("eng1", "h"))
+    assert f"\nPrologEpilogTimeout={sc.PROLOG_EPILOG_TIMEOUT_S}\n" in conf
+    cfg = config.defaults()  # the test cluster's hooks run with the default bounds
+    for hook in ("prolog", "epilog"):
+        assert watchdog.bound_of(cfg, hook) + TIMEOUT_MARGIN_S <= sc.PROLOG_EPILOG_TIMEOUT_S

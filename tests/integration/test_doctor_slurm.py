@@ -1,11 +1,15 @@
 """``gpuperf doctor`` on the real test cluster: passes on a correct install, and names each fault planted
 one at a time (hooks, plugstack, plugin load, config, daemon, daemon GPUs, collector, munge, sacctmgr
-rights, file modes). PrologFlags and clock skew need a slurmctld restart or another clock: tests/unit/test_doctor.py."""
+rights, file modes and the stores' group, PrologFlags without Alloc and PrologEpilogTimeout against the
+watchdog bound — slurm.conf variants read by ``scontrol reconfigure`` —, and a controller whose clock is
+10 minutes off: slurmctld restarted under libfaketime). Every planted fault is undone afterwards."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import re
 import subprocess
 import time
 from contextlib import contextmanager
@@ -115,7 +119,8 @@ def test_a_correct_install_passes(installed):
     c, _ = installed
     rc, by = doctor(c)
     assert rc == 0, json.dumps(by, indent=1)
-    for code in ("config", "hooks", "prolog_flags", "plugstack", "daemon", "munge", "collector", "sacctmgr", "modes", "clock"):
+    for code in ("config", "hooks", "prolog_flags", "prolog_timeout", "plugstack", "daemon", "munge", "collector",
+                 "sacctmgr", "modes", "clock"):
         assert by.get(code) and all(x["status"] == "ok" for x in by[code]), (code, by.get(code))
 
 
@@ -158,6 +163,70 @@ def test_each_planted_fault_is_named_with_a_fix(installed):
         check("munge", "munge")
 
 
+def _only(by: dict[str, list[dict]], code: str, status: str) -> dict:
+    """The one finding of ``code`` with ``status``; no other check failed meanwhile."""
+    bad = [x for x in by.get(code, []) if x["status"] == status]
+    assert len(bad) == 1 and bad[0]["fix"], (code, status, json.dumps(by, indent=1))
+    others = [k for k in by if k != code and failed(by, k)]
+    assert others == [], f"planting {code} also failed {others}"
+    return bad[0]
+
+
+@contextmanager
+def slurm_conf_variant(c, old: str, new: str):
+    """slurm.conf with one line changed, read by slurmctld and slurmd (``scontrol reconfigure``); undone after."""
+    conf = c.layout.slurm_conf
+    good = conf.read_text()
+    assert old in good, old
+    conf.write_text(good.replace(old, new))
+    try:
+        c.run("scontrol", "reconfigure", check=True)
+        yield
+    finally:
+        conf.write_text(good)
+        c.run("scontrol", "reconfigure", check=True)
+        assert "Alloc" in c.run("scontrol", "show", "config").stdout  # the cluster is as the other tests expect
+
+
+def test_prolog_flags_without_alloc_is_named(installed):
+    c, _ = installed
+    with slurm_conf_variant(c, "\nPrologFlags=Alloc,Contain\n", "\nPrologFlags=Serial\n"):  # Contain implies Alloc
+        rc, by = doctor(c)
+        bad = _only(by, "prolog_flags", "fail")
+        assert rc == 1 and "PrologFlags=Serial lacks Alloc" in bad["detail"] and "PrologFlags=Alloc" in bad["fix"]
+
+
+@pytest.mark.parametrize("line, status, says", [
+    ("", "warn", "unset"),                         # Slurm's default: it never ends a hung hook
+    ("PrologEpilogTimeout=75\n", "warn", "less than 30 s above"),
+    ("PrologEpilogTimeout=45\n", "fail", "drain"),  # below the 60 s bound: Slurm kills gpuperf's hook first
+])
+def test_a_prolog_epilog_timeout_not_above_the_watchdog_bound_with_margin_is_named(installed, line, status, says):
+    c, _ = installed
+    rc, by = doctor(c)
+    assert [x["status"] for x in by["prolog_timeout"]] == ["ok"], by["prolog_timeout"]  # the test cluster's 120 s
+    with slurm_conf_variant(c, "PrologEpilogTimeout=120\n", line):
+        rc, by = doctor(c)
+        bad = _only(by, "prolog_timeout", status)
+        assert rc == (1 if status == "fail" else 0) and says in bad["detail"] and "PrologEpilogTimeout=120" in bad["fix"]
+
+
+def test_a_controller_clock_10_minutes_off_is_named(installed):
+    c, _ = installed
+    faketime = Path("/usr/bin/faketime")
+    assert faketime.exists(), "the test cluster installs faketime (tests/cluster/host.py PACKAGES)"
+    c.restart_slurmctld([str(faketime), "-f", "+600s"])  # slurmctld's clock, and so sdiag's time, 600 s ahead
+    try:
+        rc, by = doctor(c)
+    finally:
+        c.restart_slurmctld()
+    bad = _only(by, "clock", "fail")
+    skew = float(re.search(r"clock is ([-+][0-9.]+) s off the controller's", bad["detail"]).group(1))
+    assert rc == 1 and -602 <= skew <= -598 and "NTP" in bad["fix"]  # sdiag's time has 1 s resolution
+    rc, by = doctor(c)
+    assert rc == 0 and [x["status"] for x in by["clock"]] == ["ok"]
+
+
 def test_a_stopped_daemon_one_with_too_few_gpus_and_a_stopped_collector_are_named(installed):
     c, cfg = installed
     from gpuperf.daemon import client
@@ -195,3 +264,72 @@ def test_a_user_who_may_not_change_jobs_is_told_on_the_controller(installed):
     _, by = doctor(c, user=c.user, role="controller")
     bad = failed(by, "sacctmgr")
     assert bad and "refuses" in bad[0]["detail"] and "AdminLevel" in bad[0]["fix"], by
+
+
+def _stop_running(c, cfg) -> None:
+    """Stop the module's daemon and collector wherever an earlier test left them."""
+    from gpuperf import config
+    from gpuperf.daemon import client
+
+    try:
+        pid = client.call(config.load(str(c.gpuperf_config_path)), "ping", timeout_s=1)["pid"]
+        os.kill(pid, 15)
+        end = time.time() + 10
+        while Path(f"/proc/{pid}").exists() and time.time() < end:
+            time.sleep(0.1)
+    except client.DaemonUnavailable:
+        pass
+    subprocess.run(["fuser", "-k", "-TERM", f"{cfg['controller']['port']}/tcp"], capture_output=True)
+
+
+def _who(path: Path) -> tuple[int, str]:
+    st = path.stat()
+    return st.st_mode & 0o7777, grp.getgrgid(st.st_gid).gr_name
+
+
+def test_state_group_hands_the_stores_to_that_group_and_doctor_checks_it(installed):
+    """``[general] state_group``: the daemon and the collector make state_dir 0750 and every store 0640 to
+    the group at start; a member reads the cluster store, others cannot; doctor names a group not applied
+    and one that does not exist."""
+    c, cfg = installed
+    group = c.user  # useradd made the test user's own group: a group this host surely has, with a member
+    state = Path(cfg["general"]["state_dir"])
+    _stop_running(c, cfg)
+    shared = dict(cfg, general=dict(cfg["general"], state_group=group))
+    c.write_gpuperf_config(shared)
+    daemon = _start_daemon(c)
+    collector = subprocess.Popen([str(BIN / "gpuperf"), "daemon", "--controller", "--foreground"], env=c.env,
+                                 stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_port(cfg["controller"]["port"], collector)
+        assert _who(state) == (0o750, group)
+        for name in ("daemon.sqlite", "daemon.sqlite-wal", "daemon.sqlite-shm", "cluster.sqlite",
+                     "cluster.sqlite-wal", "cluster.sqlite-shm"):
+            assert _who(state / name) == (0o640, group), name
+        rc, by = doctor(c)
+        assert rc == 0 and [x["status"] for x in by["modes"]] == ["ok"] and f"group {group}" in by["modes"][0]["detail"]
+        read = ("from gpuperf.controller.clusterstore import ClusterStore as S; "
+                f"print(S({str(state / 'cluster.sqlite')!r}, readonly=True).jobs(since=0))")
+        member = c.run(str(BIN / "python"), "-c", read, user=c.user)
+        assert member.returncode == 0 and member.stdout.startswith("["), member.stderr
+        other = c.run(str(BIN / "python"), "-c", read, user="nobody")
+        assert other.returncode != 0 and other.stdout == ""  # the 0750 directory keeps everyone else out
+        os.chown(state, -1, 0)  # as if the group was named but neither service restarted since
+        state.chmod(0o700)
+        rc, by = doctor(c)
+        bad = _only(by, "modes", "warn")
+        assert rc == 0 and f"{state} is 700 group root" in bad["detail"] and f"chgrp {group} {state}" in bad["fix"]
+        c.write_gpuperf_config(dict(cfg, general=dict(cfg["general"], state_group="gp-no-such-group")))
+        rc, by = doctor(c)
+        bad = _only(by, "modes", "fail")
+        assert rc == 1 and "'gp-no-such-group': no such group" in bad["detail"]
+    finally:
+        for p in (daemon, collector):
+            if p.poll() is None:
+                _stop(p)
+        c.write_gpuperf_config(cfg)
+        os.chown(state, -1, 0)
+        state.chmod(0o700)
+        for f in state.glob("*.sqlite*"):
+            os.chown(f, -1, 0)
+            f.chmod(0o600)
