@@ -13,7 +13,8 @@ Tables:
 
 Every sweep is one transaction (WAL, synchronous=NORMAL: committed rows survive a process kill).
 
-The file and its -wal/-shm are 0600 (``gpuperf.statefiles``): they hold every job's user and metrics.
+The file and its -wal/-shm are 0600, or 0640 to ``general.state_group`` (``gpuperf.statefiles``): they hold
+every job's user and metrics.
 The layout is versioned (``PRAGMA user_version`` = ``SCHEMA_VERSION``) and migrated forward on open, so
 a package upgrade keeps running jobs' aggregates; a store newer than this code is refused, not changed.
 """
