@@ -55,7 +55,8 @@ def render(series: dict[str, dict[str, list]], width: int = 100, color: bool = F
         return ""
     t0 = min(v["t"][0] for v in lines.values())
     t1 = max(v["t"][-1] for v in lines.values())
-    label_w = max(len(k) for k in lines) + 4
+    name_w = max(len(k) for k in lines)  # "node:gpu", or the node daemon's own "gpu"
+    label_w = name_w + 4
     cols_w = max(width - label_w - 16, 10)
     out = Text()
     out.append(f"Time series {time.strftime('%H:%M:%S', time.localtime(t0))} → "
@@ -70,7 +71,7 @@ def render(series: dict[str, dict[str, list]], width: int = 100, color: bool = F
         out.append(f"{title} (0-{scale:.0f} {unit})\n", style="bold cyan")
         for k in sorted(rows, key=_sort_key):
             vals = [x for x in rows[k] if x is not None]
-            out.append(f"  GPU {k:<{label_w - 6}}")
+            out.append(f"  GPU {k:<{name_w}} ")
             out.append(spark(rows[k], scale), style="green")
             out.append(f"  mean {sum(vals) / len(vals):6.1f}\n")
     buf = io.StringIO()

@@ -15,13 +15,10 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 import zlib
 from pathlib import Path
@@ -37,10 +34,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 sys.path.insert(0, str(ROOT / "tests"))
 from report_fixtures import aggregates, context  # noqa: E402
 
-try:
-    from cluster import host
-except ImportError:  # tests/ became a package
-    from tests.cluster import host
+import promserver  # noqa: E402
 
 GPUPERF = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/gpuperf"
 RECORDING = ROOT / "tests" / "data" / "recordings" / "one_busy-h200.jsonl.gz"
@@ -50,60 +44,11 @@ STORE_POWER_W = 400.0
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
-def _prometheus() -> str | None:
-    """Debian's prometheus binary, installed with apt when missing (root); its packaged service never left running."""
-    exe = shutil.which("prometheus")
-    if exe or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return exe
-    pidfile = Path("/run/prometheus.pid")
-    had_service = pidfile.exists()
-    with host.locked(host.GLOBAL_LOCK):
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"]
-        if host.sh(cmd, check=False, timeout=900, env=env).returncode != 0:
-            host.sh(["apt-get", "update", "-q"], check=False, timeout=600, env=env)
-            host.sh(cmd, check=False, timeout=900, env=env)
-    # where policy-rc.d lets a package start its service, the install started Prometheus on :9090: stop
-    # what this install started (never a service that was running before)
-    if not had_service and pidfile.exists() and Path("/etc/init.d/prometheus").exists():
-        host.sh(["/etc/init.d/prometheus", "stop"], check=False, timeout=60)
-    return shutil.which("prometheus")
-
-
 def _wait(cond, timeout: float, what: str) -> None:
     end = time.time() + timeout
     while not cond():
         assert time.time() < end, what
         time.sleep(0.2)
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(5)
-
-
-def _prom_query(url: str, q: str) -> list:
-    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': q})}", timeout=5) as r:
-        return json.loads(r.read())["data"]["result"]
 
 
 def _exported_power(metrics_port: int) -> dict[int, set[float]]:
@@ -116,61 +61,58 @@ def _exported_power(metrics_port: int) -> dict[int, set[float]]:
 @pytest.fixture(scope="module")
 def stack():
     """Daemon + Prometheus + a controller store holding job 31; yields what the tests need, then stops it all."""
-    exe = _prometheus()
+    exe = promserver.binary()
     if not exe:
         pytest.skip("Debian's prometheus is not installed and could not be installed with apt-get")
     tmp = Path(tempfile.mkdtemp(prefix="gpuperf-prom-"))
-    mport, pport = _free_port(), _free_port()
-    url = f"http://127.0.0.1:{pport}"
+    mport = promserver.free_port()
     base = (f'[general]\nstate_dir = "{tmp}/state"\nrun_dir = "{tmp}/run"\nlog_file = ""\nslurm_bin_dir = "{tmp}/noslurm"\n'
             f'[daemon]\nbackend = "replay:{RECORDING}?loop=1&gpus=4"\ninterval_s = 0.5\nsocket_dir = "{tmp}/run/daemon"\n'
             f'user_socket_dir = "{tmp}/run/daemon-user"\nmetrics_port = {mport}\nmetrics_address = "127.0.0.1"\n'
             f'[controller]\nstore = "{tmp}/cluster.sqlite"\n')
     (tmp / "daemon.toml").write_text(base)
-    (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: gpuperf\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n"
-        f"    relabel_configs:\n      - target_label: instance\n        replacement: '{NODE}:9402'\n")
-    procs: list[subprocess.Popen] = []
+    daemon = subprocess.Popen([GPUPERF, "daemon", "--foreground"], env=dict(os.environ, GPUPERF_CONFIG=str(tmp / "daemon.toml")),
+                              stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w"))
     try:
-        procs.append(subprocess.Popen([GPUPERF, "daemon", "--foreground"], env=dict(os.environ, GPUPERF_CONFIG=str(tmp / "daemon.toml")),
-                                      stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w")))
-        procs.append(subprocess.Popen([exe, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                                       f"--web.listen-address=127.0.0.1:{pport}", "--web.enable-lifecycle"],
-                                      stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w"), cwd=tmp))
-        _wait(lambda: _listening(mport) and _listening(pport), 30, "daemon or Prometheus did not start")
-        _wait(lambda: _prom_query(url, "gpuperf_gpu_power_watts"), 30, "Prometheus has no sample of the daemon")
-        # the job's window: the daemon's power values seen on /metrics meanwhile (every 0.1 s: each one it shows)
-        start = time.time()
-        exported: dict[int, set[float]] = {}
-        while time.time() < start + WINDOW_S:
-            for g, v in _exported_power(mport).items():
-                exported.setdefault(g, set()).update(v)
-            time.sleep(0.1)
-        end = time.time()
-        time.sleep(2.5)  # the last scrape of the window is in
-        a = aggregates(job_id=JOB, node=NODE, ngpus=max(GPUS) + 1, seconds=WINDOW_S)
-        a["gpus"] = {str(g): a["gpus"][str(g)] for g in GPUS}
-        a["start"], a["end"] = start, end
-        ns = summary.node_summary(a, context(job_id=JOB, node=NODE))
-        t = [start + 0.5 * i for i in range(int(WINDOW_S * 2))]
-        stored = {str(g): {"t": t, "sm_active_pct": [10.0] * len(t), "power_w": [STORE_POWER_W] * len(t)} for g in GPUS}
-        with clusterstore.ClusterStore(tmp / "cluster.sqlite") as st:
-            st.put_node_summary(ns, 0, series=zlib.compress(json.dumps(series.compact(stored, 500)).encode()))
-            st.put_job(merge.merge_job({NODE: ns}, [NODE], {"job_id": JOB, "user": "alice", "uid": 1000}, end))
-
-        def configure(**keys) -> dict:
-            text = base + "[report]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
-            (tmp / "report.toml").write_text(text)
-            return dict(os.environ, GPUPERF_CONFIG=str(tmp / "report.toml"))
-
-        yield {"tmp": tmp, "url": url, "pport": pport, "mport": mport, "exported": exported, "summary": ns,
-               "configure": configure, "prometheus": procs[1]}
+        with promserver.running(exe, tmp / "prometheus", {f"127.0.0.1:{mport}": f"{NODE}:9402"}) as prom:
+            yield _job_in_store(tmp, base, mport, prom)
     finally:
-        for p in reversed(procs):
-            _stop(p)
-        assert not _listening(pport), "Prometheus still listening"
+        daemon.terminate()
+        daemon.wait(15)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _job_in_store(tmp: Path, base: str, mport: int, prom: promserver.Server) -> dict:
+    """Job 31 over the next WINDOW_S of the daemon's run, with the store's synthetic series; what the tests need."""
+    url = prom.url
+    _wait(lambda: promserver.listening(mport), 30, "daemon's /metrics did not start")
+    _wait(lambda: promserver.query(url, "gpuperf_gpu_power_watts"), 30, "Prometheus has no sample of the daemon")
+    # the job's window: the daemon's power values seen on /metrics meanwhile (every 0.1 s: each one it shows)
+    start = time.time()
+    exported: dict[int, set[float]] = {}
+    while time.time() < start + WINDOW_S:
+        for g, v in _exported_power(mport).items():
+            exported.setdefault(g, set()).update(v)
+        time.sleep(0.1)
+    end = time.time()
+    time.sleep(2.5)  # the last scrape of the window is in
+    a = aggregates(job_id=JOB, node=NODE, ngpus=max(GPUS) + 1, seconds=WINDOW_S)
+    a["gpus"] = {str(g): a["gpus"][str(g)] for g in GPUS}
+    a["start"], a["end"] = start, end
+    ns = summary.node_summary(a, context(job_id=JOB, node=NODE))
+    t = [start + 0.5 * i for i in range(int(WINDOW_S * 2))]
+    stored = {str(g): {"t": t, "sm_active_pct": [10.0] * len(t), "power_w": [STORE_POWER_W] * len(t)} for g in GPUS}
+    with clusterstore.ClusterStore(tmp / "cluster.sqlite") as st:
+        st.put_node_summary(ns, 0, series=zlib.compress(json.dumps(series.compact(stored, 500)).encode()))
+        st.put_job(merge.merge_job({NODE: ns}, [NODE], {"job_id": JOB, "user": "alice", "uid": 1000}, end))
+
+    def configure(**keys) -> dict:
+        text = base + "[report]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
+        (tmp / "report.toml").write_text(text)
+        return dict(os.environ, GPUPERF_CONFIG=str(tmp / "report.toml"))
+
+    return {"tmp": tmp, "url": url, "pport": prom.port, "mport": mport, "exported": exported, "summary": ns,
+            "configure": configure, "prometheus": prom.proc}
 
 
 def _report(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -233,7 +175,7 @@ def test_terminal_report_says_prometheus_and_at_most_500_points(stack):
 
 @pytest.mark.parametrize("case", ["unreachable", "error", "no_data"])
 def test_report_falls_back_to_the_store_and_says_why(stack, case):
-    url = {"unreachable": f"http://127.0.0.1:{_free_port()}",
+    url = {"unreachable": f"http://127.0.0.1:{promserver.free_port()}",
            # a server that is not Prometheus (the daemon's /metrics): it answers an HTTP error
            "error": f"http://127.0.0.1:{stack['mport']}",
            "no_data": stack["url"]}[case]
@@ -253,7 +195,7 @@ def test_explicit_prometheus_source_with_prometheus_stopped_keeps_the_report(sta
     env = stack["configure"](prometheus_url=stack["url"], prometheus_scrape_s=1.0)
     urllib.request.urlopen(urllib.request.Request(f"{stack['url']}/-/quit", method="POST"), timeout=5).read()
     stack["prometheus"].wait(30)
-    assert not _listening(stack["pport"])
+    assert not promserver.listening(stack["pport"])
     page = stack["tmp"] / "stopped.html"
     p = _report(env, "--html", str(page), "--series-source", "prometheus")
     assert p.returncode == 0, p.stderr

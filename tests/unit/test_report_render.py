@@ -130,3 +130,13 @@ def test_html_renders_every_chart_in_headless_chromium(chromium, tmp_path):
     keep = os.environ.get("GPUPERF_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_terminal_chart_takes_the_node_daemons_short_labels_and_lines_them_up():
+    from gpuperf.report import timechart
+
+    # the node's daemon names its GPUs "0", "1" (no node): the chart once raised on such short labels
+    data = {g: {"t": [0.0, 10.0, 20.0], "sm_active_pct": [0.0, 50.0, 100.0]} for g in ("0", "1", "10")}
+    rows = [ln for ln in timechart.render(data, width=60).splitlines() if ln.strip().startswith("GPU ")]
+    assert len(rows) == 3
+    assert len({ln.index("·") for ln in rows}) == 1, rows  # every GPU's columns start at one place
