@@ -4,7 +4,8 @@
         [--latency 0.05] [--fail-s 0] [--points 500] [--json OUT]
 
 A real service process (``tests/unit/controller_stub.py``: the service with the AdminComment write
-stubbed at ``--latency`` seconds per job, failing while a flag file exists) receives what a cluster of
+stubbed at ``--call-latency`` seconds per sacctmgr call plus ``--latency`` seconds per job line, the
+shape benchmarks/sacctmgr_batch_cost.py measures on the real test cluster; failing while a flag file exists) receives what a cluster of
 ``--nodes`` 8-GPU nodes sends: job ends at ``--rate`` per second (notice files in the spool, as
 gpuperf-epilog-slurmctld leaves them), plus ``--burst`` job ends at once a third of the way in; for
 each job its nodes' summaries (1 node for 70 % of jobs, 2, 4 or 8 for the rest; each with the
@@ -80,8 +81,8 @@ class Sim:
     def __init__(self, args, cfg_path: Path, spool: Path, tmpl: dict):
         self.args, self.spool = args, spool
         self.tmpl = {k: v for k, v in tmpl.items() if k != "series"}
-        # the series frame is opaque to the collector: one compressed copy serves every message
-        self.series = zlib.compress(json.dumps(tmpl["series"], separators=(",", ":")).encode(), 6)
+        # the series frame as a node packs it (transport.pack), opaque to the collector: one copy serves all
+        self.series = series_mod.pack(tmpl["series"])
         self.delivered_at: dict[int, float] = {}
         self.endpoint = f"tcp://127.0.0.1:{args.port}"
         self.q: queue.Queue = queue.Queue()
@@ -141,18 +142,37 @@ class Sim:
             self.q.put((job_id, node, end))
 
 
+def profile_top(folded: Path, n: int = 30) -> dict[str, float]:
+    """gpuperf's functions by share of the samples whose stack holds them (py-spy's folded stacks)."""
+    incl: dict[str, int] = {}
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        for fn in {f.split(" (")[0] + " (" + f.split("(")[-1].split(":")[0].split("gpuperf/")[-1] + ")"
+                   for f in stack.split(";") if "gpuperf/" in f}:
+            incl[fn] = incl.get(fn, 0) + int(count)
+    top = sorted(incl.items(), key=lambda kv: -kv[1])[:n]
+    return {k: round(100.0 * v / max(total, 1), 1) for k, v in top}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=20000)
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--burst", type=int, default=500)
-    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--latency", type=float, default=0.05, help="stubbed write: seconds per job line")
+    ap.add_argument("--call-latency", type=float, default=0.04,
+                    help="stubbed write: seconds per sacctmgr call (process start + connect; measured 40 ms by "
+                         "benchmarks/sacctmgr_batch_cost.py)")
     ap.add_argument("--fail-s", type=float, default=0.0)
     ap.add_argument("--points", type=int, default=500)
-    ap.add_argument("--writers", type=int, default=8)
+    ap.add_argument("--writers", type=int, default=16)
     ap.add_argument("--no-fleet", action="store_true", help="summaries without fleet figures (the fleet fold's cost apart)")
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--py-spy", help="path of a py-spy binary: sample the service while it runs (folded stacks "
+                                     "beside --json, the top functions in the figures)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     random.seed(14)
@@ -174,10 +194,14 @@ def main() -> int:
         flag.touch()
     log = tmp / "writes.log"
     proc = subprocess.Popen([sys.executable, os.environ.get("CTRL_STUB", str(ROOT / "tests" / "unit" / "controller_stub.py")), str(cfg_path),
-                             str(args.latency), str(log), str(flag)],
+                             str(args.latency), str(log), str(flag), str(args.call_latency)],
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     time.sleep(2.0)
     ps = psutil.Process(proc.pid)
+    folded = Path(args.json or str(tmp / "load.json")).with_suffix(".folded")
+    spy = subprocess.Popen([args.py_spy, "record", "--pid", str(proc.pid), "-r", "100", "--format", "raw",
+                            "--nonblocking", "-o", str(folded)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL) if args.py_spy else None
     tmpl = template(args.points)
     if args.no_fleet:
         tmpl.pop("fleet", None)
@@ -235,6 +259,9 @@ def main() -> int:
         time.sleep(0.5)
     cpu1, wall1 = ps.cpu_times(), time.monotonic()
     cpu_pct = 100.0 * ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / (wall1 - wall0)
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled on SIGINT
+        spy.wait(60)
     proc.send_signal(signal.SIGTERM)
     proc.wait(30)
     cpu_json = Path(str(log) + ".cpu.json")
@@ -244,7 +271,7 @@ def main() -> int:
     store = sum(p.stat().st_size for p in (tmp / "state").glob("cluster.sqlite*"))
     figures = {
         "nodes": args.nodes, "jobs": len(sim.ended), "rate_per_s": args.rate, "burst": args.burst,
-        "write_latency_s": args.latency, "db_down_s": args.fail_s, "series_points": args.points,
+        "write_latency_s": args.latency, "write_call_latency_s": args.call_latency, "db_down_s": args.fail_s, "series_points": args.points,
         "fleet_fold": not args.no_fleet, "writers": args.writers,
         "summaries": sim.delivered, "burst_ingest_per_s": round(burst_rate or 0, 1),
         "delivery_timeouts": sim.timeouts, "refused": sim.failed,
@@ -261,6 +288,8 @@ def main() -> int:
         "store_mib_per_100k_jobs": round(store / max(len(sim.ended), 1) * 1e5 / 2**20, 1),
         "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
     }
+    if spy is not None and folded.exists():
+        figures["profile_inclusive_pct_of_samples"] = profile_top(folded)
     print(json.dumps(figures, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")

@@ -56,9 +56,13 @@ def headline(summary: dict) -> list[tuple[str, str]]:
     return pairs
 
 
-def _pack(summary: dict) -> str:
-    raw = json.dumps(summary, separators=(",", ":"), sort_keys=True).encode()
-    return base64.b32encode(zlib.compress(raw, 9)).decode("ascii").rstrip("=").lower()
+def compressed(summary: dict) -> bytes:
+    """The summary as the ``z=`` payload carries it before base32: sorted compact JSON, zlib level 9."""
+    return zlib.compress(json.dumps(summary, separators=(",", ":"), sort_keys=True).encode(), 9)
+
+
+def _pack(summary: dict, raw: bytes | None = None) -> str:
+    return base64.b32encode(raw if raw is not None else compressed(summary)).decode("ascii").rstrip("=").lower()
 
 
 def _slim(summary: dict, level: int) -> dict:
@@ -96,12 +100,14 @@ def budget(summary: dict) -> int:
     return min(SACCT_MAX_BYTES, NODE_BUDGET_BYTES * max(1, len(summary.get("nodes") or [])))
 
 
-def encode(summary: dict, max_bytes: int | None = None) -> str:
-    """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes."""
+def encode(summary: dict, max_bytes: int | None = None, raw: bytes | None = None) -> str:
+    """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes.
+
+    ``raw``: ``compressed(summary)`` when the caller has it already (the controller stores the same bytes)."""
     max_bytes = budget(summary) if max_bytes is None else max_bytes
     head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary)])
     for level in range(5):
-        body = _pack(summary if level == 0 else _slim(summary, level))
+        body = _pack(summary, raw) if level == 0 else _pack(_slim(summary, level))
         text = f"{head} z={body}"
         if len(text.encode()) <= max_bytes:
             return text

@@ -177,7 +177,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "admin_comment_wait_s": Key(float, 21600.0, "retry horizon: how long the service retries a job's AdminComment "
                                     "before marking it 'accounting unavailable'", validate=_positive),
         "spool_dir": Key(str, "", "where gpuperf-epilog-slurmctld drops job-end notices; empty: <state_dir>/ended"),
-        "writers": Key(int, 8, "accounting writer threads (each one sacctmgr process per batch)", validate=_positive),
+        "writers": Key(int, 16, "accounting writer threads: the most sacctmgr processes at once, during a backlog "
+                       "(few run while little is due)", validate=_positive),
         "write_batch": Key(int, 50, "AdminComments written per sacctmgr process", validate=_positive),
         "retry_max_s": Key(float, 60.0, "longest pause between two tries of one job's AdminComment", validate=_positive),
         "orphan_after_s": Key(float, 3600.0, "a node summary whose job slurmctld never reported ending is merged "

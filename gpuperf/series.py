@@ -7,13 +7,18 @@ and ``compact`` turns it into a small value: time offsets in tenths of a second 
 per node when its GPUs share them, as one sweep samples them all), per GPU each metric quantised to an integer in a stated unit (percent, watts, MB/s). ``compact`` also
 bounds the bytes (``MAX_BYTES`` of JSON): it halves the points until the value fits. ``expand``
 gives back the daemon's shape (``{"node:gpu": {"t": [...], field: [...]}}``) that the renderers
-take. Pure functions: no I/O.
+take. ``pack``/``unpack`` are its bytes on the wire and in the controller's store (``FRAME_MAGIC``):
+each column quantised to at most ``LEVELS`` steps of its own peak, delta-coded, byte-planes, zlib.
+Pure functions: no I/O.
 """
 
 from __future__ import annotations
 
+import array
 import json
 import math
+import sys
+import zlib
 from typing import Any
 
 SCHEMA = "gpuperf.series.v1"
@@ -100,3 +105,98 @@ def expand(node: str, value: dict | None) -> dict[str, dict[str, list]]:
 def shifted(series: dict[str, dict[str, list]], offset_s: float) -> dict[str, dict[str, list]]:
     """The same series with every time moved by ``offset_s`` (a node whose clock was off)."""
     return {k: dict(v, t=[x + offset_s for x in v.get("t", [])]) for k, v in series.items()}
+
+
+FRAME_MAGIC = b"GPS\x02"
+# a column's values are kept in steps of at most 1/LEVELS of its peak (0.1 %: under one pixel of a
+# chart less than 1,000 px tall); percent and watt columns (peak <= 1,000) keep their unit steps
+LEVELS = 1000
+_TYPECODES = ("B", "H", "I", "Q")
+
+
+def _columns(value: dict) -> list[tuple[str, str, list]]:
+    """(gpu or "" for the shared time column, key, values) of a series.v1 value, in a fixed order."""
+    cols = [("", "t", value["t"])] if isinstance(value.get("t"), list) else []
+    for g, col in (value.get("gpus") or {}).items():
+        for k in ("t", *FIELDS):
+            if isinstance(col.get(k), list):
+                cols.append((str(g), k, col[k]))
+    return cols
+
+
+def _zigzag_deltas(vals: list[int]) -> list[int]:
+    out, prev = [], 0
+    for v in vals:
+        d = v - prev
+        prev = v
+        out.append((d << 1) ^ (d >> 63) if d < 0 else d << 1)
+    return out
+
+
+def pack(value: dict) -> bytes:
+    """A series.v1 value as compact bytes (``FRAME_MAGIC`` + zlib): ~2x smaller than its zlib JSON."""
+    head: dict[str, Any] = {k: value.get(k) for k in ("schema", "t0", "units")}
+    head["cols"] = []
+    zz: list[int] = []
+    for g, k, vals in _columns(value):
+        ints = [v if isinstance(v, int) else None for v in vals]
+        peak = max((abs(v) for v in ints if v is not None), default=0)
+        step = 1 if k == "t" else max(1, math.ceil(peak / LEVELS))
+        nones = [i for i, v in enumerate(ints) if v is None]
+        q, last = [], 0
+        for v in ints:
+            # a gap repeats the value before it (a zero delta) and is listed in the head
+            last = last if v is None else int(round(v / step))
+            q.append(last)
+        head["cols"].append([g, k, len(q), step] + ([nones] if nones else []))
+        zz += _zigzag_deltas(q)
+    big = max(zz, default=0)
+    tc = next(c for c in _TYPECODES if big < 256 ** array.array(c).itemsize)
+    arr = array.array(tc, zz)
+    if sys.byteorder == "big":
+        arr.byteswap()
+    raw, n = arr.tobytes(), arr.itemsize
+    head["tc"] = tc
+    # byte planes: low bytes together, then high bytes (mostly zero), which zlib squeezes best
+    body = b"".join(raw[i::n] for i in range(n))
+    return FRAME_MAGIC + zlib.compress(json.dumps(head, separators=(",", ":")).encode() + b"\n" + body, 9)
+
+
+def unpack(blob: bytes | None) -> dict | None:
+    """``pack``'s bytes (or a zlib JSON series.v1, as older nodes sent) -> the series.v1 value; None when unreadable."""
+    if not blob:
+        return None
+    try:
+        if not blob.startswith(FRAME_MAGIC):
+            value = json.loads(zlib.decompress(blob))
+            return value if isinstance(value, dict) else None
+        raw = zlib.decompress(blob[len(FRAME_MAGIC):])
+        head_b, _, body = raw.partition(b"\n")
+        head = json.loads(head_b)
+        n = array.array(head["tc"]).itemsize
+        count = len(body) // n
+        # byte planes back into little-endian items
+        inter = bytearray(len(body))
+        for i in range(n):
+            inter[i::n] = body[i * count:(i + 1) * count]
+        arr = array.array(head["tc"], bytes(inter))
+        if sys.byteorder == "big":
+            arr.byteswap()
+    except (zlib.error, ValueError, KeyError, TypeError):
+        return None
+    out: dict[str, Any] = {k: head.get(k) for k in ("schema", "t0", "units")}
+    out["gpus"] = {}
+    pos = 0
+    for c in head["cols"]:
+        g, k, length, step = c[:4]
+        nones = set(c[4]) if len(c) > 4 else set()
+        vals, cur = [], 0
+        for i, z in enumerate(arr[pos:pos + length]):
+            cur += (z >> 1) ^ -(z & 1)
+            vals.append(None if i in nones else cur * step)
+        pos += length
+        if g == "":
+            out[k] = vals
+        else:
+            out["gpus"].setdefault(g, {})[k] = vals
+    return out

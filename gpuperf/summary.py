@@ -358,12 +358,34 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     return s
 
 
+def _single(part: dict, expected: list[str]) -> dict:
+    """The job summary of a job whose one node reported: that node's, already diagnosed (with its series)."""
+    out = {k: v for k, v in part.items() if k != "fleet"}
+    node = ",".join(part.get("nodes", []))
+    q = dict(part.get("quality") or {})
+    # as merge words them: a node's own reasons and refused records are prefixed with the node
+    q["reasons"] = [f"{node}: {r}" for r in q.get("reasons", [])] if q.get("partial") else []
+    if q.get("ignored"):
+        q["ignored"] = [f"{node}: {r}" for r in q["ignored"]][:safeio.SHOWN * 2]
+    else:
+        q.pop("ignored", None)
+    q["partial"] = bool(q["reasons"])
+    q["nodes_expected"], q["nodes_missing"] = expected, []
+    out["quality"] = q
+    return out
+
+
 def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dict | None = None) -> dict:
-    """One summary for a multi-node job; nodes that did not report make it partial and are named."""
+    """One summary for a multi-node job; nodes that did not report make it partial and are named.
+
+    A job of one node that reported keeps that node's figures and diagnosis (made on the node with its
+    time series, so with phases): nothing to join, and the controller does not diagnose twice."""
     parts = [s for s in node_summaries if isinstance(s, dict) and s.get("schema") == SCHEMA]
     nodes = sorted({n for s in parts for n in s.get("nodes", [])})
     expected = list(expected_nodes) or nodes
     missing = [n for n in expected if n not in nodes]
+    if len(parts) == 1 and not missing and isinstance(parts[0].get("diagnosis"), dict) and parts[0].get("gpus"):
+        return _single(parts[0], expected)
     gpus = sorted((g for s in parts for g in s.get("gpus", [])), key=lambda g: (str(g.get("node")), g.get("gpu", 0)))
     starts = [s["start"] for s in parts if s.get("start") is not None]
     ends = [s["end"] for s in parts if s.get("end") is not None]

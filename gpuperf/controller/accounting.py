@@ -70,20 +70,23 @@ class SacctWriter:
 
 
 class StubWriter:
-    """For load and fault tests only: each batch takes ``latency_s``; ``failing`` makes every write fail.
+    """For load and fault tests only: each batch takes ``call_s`` + ``latency_s`` (per job line when
+    ``per_job``, as a real sacctmgr batch does: benchmarks/sacctmgr_batch_cost.py); ``failing`` makes
+    every write fail.
 
     Counts every successful write per job, so a test can prove no AdminComment was written twice."""
 
-    def __init__(self, latency_s: float = 0.05, failing: bool = False, per_job: bool = False, log_path: str = ""):
-        self.latency_s, self.failing, self.per_job = latency_s, failing, per_job
+    def __init__(self, latency_s: float = 0.05, failing: bool = False, per_job: bool = False, log_path: str = "",
+                 call_s: float = 0.0):
+        self.latency_s, self.failing, self.per_job, self.call_s = latency_s, failing, per_job, call_s
         self.lock = threading.Lock()
         self.written: dict[int, list[tuple[float, str]]] = {}
         # another process (a test that kills this one) reads the writes here: "time job_id crc32" lines
         self.log = open(log_path, "a", buffering=1) if log_path else None
 
     def write(self, items: list[tuple[int, str]]) -> dict[int, str | None]:
-        """Sleep the latency (per job when ``per_job``), then succeed or fail every job of the batch."""
-        time.sleep(self.latency_s * (len(items) if self.per_job else 1))
+        """Sleep the call's and the lines' latency, then succeed or fail every job of the batch."""
+        time.sleep(self.call_s + self.latency_s * (len(items) if self.per_job else 1))
         if self.failing:
             return {j: "stub: database unreachable" for j, _ in items}
         with self.lock:

@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuperf import statefiles
+from gpuperf import series as series_mod, statefiles
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_summaries (
@@ -111,12 +111,14 @@ class ClusterStore:
         """Keep one node's summary of a job; a resend replaces the earlier one and is counted.
 
         ``blob``: the summary as received (zlib JSON), kept as is rather than compressed again; its time
-        series are kept apart (``series``, zlib JSON, or split off here) so merges never read them."""
+        series are kept apart (``series``: ``series.pack`` bytes as received, or packed here) so merges
+        never read them."""
         job_id = int(summary["job_id"])
         node = str((summary.get("nodes") or [""])[0])
         if "series" in summary:
             summary = dict(summary)
-            series, blob = _pack(summary.pop("series")), None
+            value = summary.pop("series")
+            series, blob = (series_mod.pack(value) if isinstance(value, dict) else None), None
         self.db.execute(
             "INSERT INTO node_summaries (job_id, node, received, sender_uid, summary, copies, series) "
             "VALUES (?,?,?,?,?,1,?) ON CONFLICT (job_id, node) DO UPDATE SET received=excluded.received, "
@@ -134,18 +136,26 @@ class ClusterStore:
         """node -> the gpuperf.series.v1 value it sent with its summary (nodes that sent one)."""
         rows = self.db.execute("SELECT node, series FROM node_summaries WHERE job_id=? AND series IS NOT NULL",
                                (int(job_id),))
-        return {node: _unpack(blob) for node, blob in rows}
+        out = {}
+        for node, blob in rows:
+            value = series_mod.unpack(blob)
+            if value is not None:
+                out[node] = value
+        return out
 
     def node_copies(self, job_id: int) -> dict[str, int]:
         """node -> how many times it delivered its summary of a job (more than 1: resent)."""
         return dict(self.db.execute("SELECT node, copies FROM node_summaries WHERE job_id=?", (int(job_id),)))
 
     # jobs --------------------------------------------------------------------------------------
-    def put_job(self, s: dict) -> None:
-        """Store a job's merged summary (replacing an earlier, e.g. partial, one)."""
-        job = s.get("job") or {}
+    def put_job(self, s: dict, commit: bool = True, blob: bytes | None = None) -> None:
+        """Store a job's merged summary (replacing an earlier, e.g. partial, one); ``commit=False``: the
+        caller commits it with its other changes; ``blob``: the summary already as zlib JSON."""
+        if not commit:
+            self._insert_job(s, s.get("job") or {}, blob)
+            return
         with self.db:
-            self._insert_job(s, job)
+            self._insert_job(s, s.get("job") or {}, blob)
 
     def put_jobs(self, summaries: list[dict]) -> None:
         """Store many summaries in one transaction (imports, benchmarks)."""
@@ -153,7 +163,7 @@ class ClusterStore:
             for s in summaries:
                 self._insert_job(s, s.get("job") or {})
 
-    def _insert_job(self, s: dict, job: dict) -> None:
+    def _insert_job(self, s: dict, job: dict, blob: bytes | None = None) -> None:
         diag = s.get("diagnosis") or {}
         self.db.execute(
             "INSERT OR REPLACE INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -161,7 +171,8 @@ class ClusterStore:
              job.get("gpu_count"), job.get("gpu_hours"), job.get("wasted_gpu_hours"), job.get("energy_j"),
              diag.get("class"), int(bool(diag.get("imbalanced"))), int(bool((s.get("quality") or {}).get("partial"))),
              time.time()))
-        self.db.execute("INSERT OR REPLACE INTO job_summaries VALUES (?,?)", (int(s["job_id"]), _pack(s)))
+        self.db.execute("INSERT OR REPLACE INTO job_summaries VALUES (?,?)",
+                        (int(s["job_id"]), blob if blob is not None else _pack(s)))
 
     def job(self, job_id: int) -> dict | None:
         """A job's merged summary, or None."""

@@ -45,6 +45,21 @@ def after_failure(attempts: int, ended: float, now: float, horizon_s: float, cap
     return "write", now + backoff_s(attempts, cap_s, job_id)
 
 
+MIN_BATCH = 5  # lines below which another sacctmgr process is not worth starting (one costs ~40-60 ms)
+
+
+def batch_sizes(due: int, free_writers: int, most: int, least: int = MIN_BATCH) -> list[int]:
+    """How many of ``due`` jobs each idle writer takes now (pure): as few sacctmgr processes as batches of
+    ``least`` need, up to one per idle writer, at most ``most`` lines each; a job line costs the database
+    time of its own that parallel processes overlap (benchmarks/sacctmgr_batch_cost.py), so a backlog is
+    spread over every writer rather than queued behind one."""
+    if due <= 0 or free_writers <= 0:
+        return []
+    k = max(1, min(free_writers, -(-due // least)))
+    take = min(due, k * most)
+    return [n for n in (take // k + (1 if i < take % k else 0) for i in range(k)) if n]
+
+
 @dataclass
 class Ended:
     """One row of the queue."""
@@ -111,14 +126,21 @@ class JobQueue:
 
     def due_writes(self, now: float, limit: int, exclude: set[int] = frozenset()) -> list[tuple[int, str]]:
         """(job id, AdminComment) of jobs whose next try is due, oldest first, not already in flight."""
-        rows = self.db.execute("SELECT job_id, comment FROM ended WHERE state='write' AND next_try<=? "
+        rows = self.db.execute("SELECT job_id FROM ended WHERE state='write' AND next_try<=? "
                                "ORDER BY next_try LIMIT ?", (now, limit + len(exclude))).fetchall()
-        return [(j, zlib.decompress(c).decode()) for j, c in rows if j not in exclude][:limit]
+        ids = [j for (j,) in rows if j not in exclude][:limit]
+        # the comments (a few KiB each) only of the jobs handed out, not of those already in flight
+        text: dict[int, bytes] = {}
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            text.update(self.db.execute(f"SELECT job_id, comment FROM ended WHERE job_id IN ({','.join('?' * len(part))})",
+                                        part).fetchall())
+        return [(j, zlib.decompress(text[j]).decode()) for j in ids]
 
     def set_written(self, job_id: int, now: float) -> None:
-        """sacct shows the job's AdminComment."""
+        """sacct shows the job's AdminComment (its text leaves the queue: the job's summary is kept)."""
         # only a job still waiting for this write: one merged again meanwhile gets its new comment written
-        self.db.execute("UPDATE ended SET state='done', written=?, attempts=attempts+1, last_error=NULL "
+        self.db.execute("UPDATE ended SET state='done', written=?, attempts=attempts+1, last_error=NULL, comment=NULL "
                         "WHERE job_id=? AND state='write'",
                         (now, job_id))
 

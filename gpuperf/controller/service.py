@@ -28,11 +28,13 @@ from typing import Callable
 from gpuperf import admincomment, config as config_mod, log
 from gpuperf.controller import accounting, clusterstore, merge, notices
 from gpuperf.controller.collector import Collector
-from gpuperf.controller.queue import JobQueue
+from gpuperf.controller.queue import JobQueue, batch_sizes
 from gpuperf.fleet import ingest as fleet_ingest
 from gpuperf.fleet.fingerprint import FleetStore, default_path as fleet_path
 
 TICK_S = 0.2
+MERGE_CHUNK = 50        # merges between commits: the collector's writes wait at most one chunk for the lock
+PARSED_KEEP = 2000      # node summaries kept parsed from the collector until their job merges
 GPU_CHECK_EVERY_S = 10.0
 STATUS_EVERY_S = 60.0
 ORPHAN_SCAN_S = 1.0
@@ -63,6 +65,8 @@ class Service:
         self._fleet: FleetStore | None = None
         self.cpu_s: dict[str, float] = {}
         self._orphan_mark = 0.0  # node summaries received before this were looked at for orphans
+        # (job, node) -> the summary as the collector parsed it: a merge need not read and decode it again
+        self._parsed: dict[tuple[int, str], dict] = {}
         self.log = log.get("controller")
 
     # one tick of the scheduler ---------------------------------------------------------------
@@ -87,17 +91,24 @@ class Service:
             notices.remove([p for p, _ in got])
 
     def _take_arrived(self) -> None:
-        """Each summary stored since the last tick: into the fleet view; a job already merged without
-        that node is merged again."""
+        """The summaries stored since the last tick: into the fleet view (one transaction), kept parsed for
+        their merge; a job already merged without that node is merged again."""
         seen: set[int] = set()
+        got: list[dict] = []
         while True:
             try:
                 s = self.arrived.get_nowait()
             except queue_mod.Empty:
                 break
             seen.add(s["job_id"])
+            got.append(s)
+            self._parsed[(s["job_id"], s["nodes"][0])] = {k: v for k, v in s.items() if k != "series"}
+        while len(self._parsed) > PARSED_KEEP:
+            # bounded: the oldest go (a job whose nodes never all report); the store still has them
+            del self._parsed[next(iter(self._parsed))]
+        if got:
             # never raises; may drain under fleet.policy = "drain"
-            fleet_ingest.on_node_summary(self.cfg, s, store=self._fleet_store())
+            fleet_ingest.on_node_summaries(self.cfg, got, store=self._fleet_store())
         for j in seen:
             st = self.queue.state(j)
             if st is None or st[0] not in ("write", "done", "unavailable"):
@@ -121,14 +132,27 @@ class Service:
         effective_wait = wait if now >= self.started + wait else float("inf")
         due = self.queue.due_merges(now, effective_wait)
         empty = []
-        for e in due:
-            parts = self.store.node_summaries(e.job_id)
+        for i, e in enumerate(due):
+            parts = self._parts(e.job_id, e.nodes)
             if not parts:
                 empty.append(e)
                 continue
             self._merge(e, parts, now)
+            if i % MERGE_CHUNK == MERGE_CHUNK - 1:
+                # a backlog (a burst of job ends): hand what is merged to the writers at once and let
+                # the collector's commits in, rather than after the whole batch
+                self.store.db.commit()
+                self._dispatch(now)
         if empty:
             self._merge_empty(empty, now)
+
+    def _parts(self, job_id: int, nodes: list[str]) -> dict[str, dict]:
+        """node -> summary of a job's nodes that reported: as the collector parsed them, else from the store."""
+        mine = {n: self._parsed[(job_id, n)] for n in nodes if (job_id, n) in self._parsed}
+        if len(mine) == len(nodes):
+            return mine
+        # a node not seen parsed (sent before a restart, evicted, or not in the notice's list): read the store
+        return self.store.node_summaries(job_id)
 
     def _merge_empty(self, jobs: list, now: float) -> None:
         """No node reported: a job without GPUs is skipped, one with GPUs merged as partial (one sacct call)."""
@@ -157,11 +181,15 @@ class Service:
                                  orphan_after_s=self.cfg.controller.orphan_after_s if orphan else None,
                                  late=self.store.db.execute("SELECT 1 FROM jobs WHERE job_id=?",
                                                             (e.job_id,)).fetchone() is not None)
-        self.store.put_job(merged)
+        # one JSON encoding and compression serves the store and the AdminComment's payload
+        raw = admincomment.compressed(merged)
+        self.store.put_job(merged, commit=False, blob=raw)  # committed with the tick's (or chunk's) other changes
+        for n in e.nodes:
+            self._parsed.pop((e.job_id, n), None)
         if orphan:
             self.queue.set_merged(e.job_id, None, "orphan", now)
         elif self.cfg.report.admin_comment:
-            self.queue.set_merged(e.job_id, admincomment.encode(merged), "write", now)
+            self.queue.set_merged(e.job_id, admincomment.encode(merged, raw=raw), "write", now)
         else:
             self.queue.set_merged(e.job_id, None, "skipped", now)
         merge.record(self.cfg.general.run_dir, e.job_id,
@@ -201,14 +229,17 @@ class Service:
                                      "accounting unavailable", job_id, c.admin_comment_wait_s, err)
 
     def _dispatch(self, now: float) -> None:
+        """Due AdminComments to idle writers, spread over as many as the backlog needs (``queue.batch_sizes``)."""
         c = self.cfg.controller
-        while self.batches_out < c.writers:
-            items = self.queue.due_writes(now, c.write_batch, exclude=self.in_flight)
-            if not items:
-                return
-            self.in_flight.update(j for j, _ in items)
+        free = c.writers - self.batches_out
+        if free <= 0:
+            return
+        items = self.queue.due_writes(now, c.write_batch * free, exclude=self.in_flight)
+        for n in batch_sizes(len(items), free, c.write_batch):
+            batch, items = items[:n], items[n:]
+            self.in_flight.update(j for j, _ in batch)
             self.batches_out += 1
-            self.work.put(items)
+            self.work.put(batch)
 
     # threads ------------------------------------------------------------------------------
     def _writer_loop(self) -> None:

@@ -2,7 +2,8 @@
 
 A message is three frames: ``gpuperf.node-summary.v1``, a munge credential whose payload is the
 SHA-256 of the body, and the body (zlib-compressed summary JSON); a fourth, the summary's time series
-(zlib JSON, gpuperf.series.v1), when it has one, and then the payload is both digests, ``body:series``. The receiver decodes the
+(gpuperf.series.v1 as ``series.pack`` bytes; older nodes sent zlib JSON, still read), when it has one,
+and then the payload is both digests, ``body:series``. The receiver decodes the
 credential with ``unmunge`` (munged checks the MAC, the TTL and replays), checks the digest
 against the body and the sender's uid against root and SlurmUser. Anything else is rejected
 before the body is parsed. munged is asked through libmunge (``libmunge``: no process per message);
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from gpuperf import log
+from gpuperf import log, series as series_mod
 from gpuperf.controller import libmunge
 
 KIND = b"gpuperf.node-summary.v1"
@@ -120,7 +121,7 @@ def pack(summary: dict, socket: str = "") -> list[bytes]:
     summary = dict(summary)
     series = summary.pop("series", None)
     body = zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 6)
-    extra = zlib.compress(json.dumps(series, separators=(",", ":")).encode(), 6) if series is not None else None
+    extra = series_mod.pack(series) if series is not None else None
     cred = credential(_digest(body, extra), socket)
     return [KIND, cred, body] + ([extra] if extra is not None else [])
 
@@ -132,7 +133,7 @@ def unpack(frames: list[bytes], allowed: set[int], socket: str = "") -> tuple[Se
 
 
 def unpack_message(frames: list[bytes], allowed: set[int], socket: str = "") -> tuple[Sender, dict, bytes | None]:
-    """Like unpack, and the series frame as received (zlib JSON, not parsed here) or None."""
+    """Like unpack, and the series frame as received (``series.pack`` bytes, not parsed here) or None."""
     if len(frames) not in (3, 4) or frames[0] != KIND:
         raise AuthError("not a gpuperf node-summary message (expected 3 or 4 frames: kind, munge credential, body"
                         "[, series])")

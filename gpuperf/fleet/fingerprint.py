@@ -14,6 +14,7 @@ import math
 import os
 import sqlite3
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -134,7 +135,8 @@ class FleetStore:
             statefiles.private_db(self.path)
             # transactions are explicit (BEGIN IMMEDIATE), so autocommit mode
             self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            for pragma in ("journal_mode=WAL", "synchronous=NORMAL"):
+            # 16 MiB of page cache: a 2,000-node fleet's rows stay in memory (SQLite's default holds 2 MiB)
+            for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "cache_size=-16384"):
                 self.db.execute(f"PRAGMA {pragma}")
             self.db.executescript(_SCHEMA)
             have = {r[1] for r in self.db.execute("PRAGMA table_info(gpus)")}
@@ -142,6 +144,7 @@ class FleetStore:
                 if c not in have:
                     self.db.execute(f"ALTER TABLE gpus ADD COLUMN {c} REAL NOT NULL DEFAULT 0")
         self.db.row_factory = sqlite3.Row
+        self._moves: Counter[tuple[str, str, int]] = Counter()
 
     def close(self) -> None:
         """Close the database."""
@@ -150,23 +153,43 @@ class FleetStore:
     # updates ---------------------------------------------------------------------------
     def ingest(self, summary: dict[str, Any], now: float | None = None) -> int:
         """Fold one node summary's ``fleet`` figures into its GPUs' fingerprints; GPUs updated."""
-        node = str((summary.get("nodes") or [""])[0])
-        entries = [g for g in summary.get("fleet") or [] if isinstance(g, dict) and "gpu" in g]
-        if not node or not entries:
+        return self.ingest_many([summary], now)
+
+    def ingest_many(self, summaries: list[dict[str, Any]], now: float | None = None,
+                    updated: dict[str, list[dict[str, Any]]] | None = None) -> int:
+        """Fold node summaries in order, in one transaction (the controller's batch of a tick); GPUs updated.
+
+        ``updated``: filled with node -> the rows (as ``gpus`` gives them) of the GPUs folded, latest last."""
+        todo = []
+        for summary in summaries:
+            node = str((summary.get("nodes") or [""])[0])
+            entries = [g for g in summary.get("fleet") or [] if isinstance(g, dict) and "gpu" in g]
+            if node and entries:
+                todo.append((node, entries, float(now if now is not None else (summary.get("end") or time.time()))))
+        if not todo:
             return 0
-        t = float(now if now is not None else (summary.get("end") or time.time()))
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            for g in entries:
-                pr = g.get("probe") if isinstance(g.get("probe"), dict) else None
-                codes = [int(x) for x in g.get("xids") or [] if isinstance(x, (int, float))]
-                self._update(node, int(g["gpu"]), g.get("uuid") or "", g.get("name") or "unknown", t,
-                             job_sums(g), codes, probe=pr, xid_count=max(int(g.get("xid_count") or 0), len(codes)))
+            for node, entries, t in todo:
+                # the node's rows in one query, not one per GPU
+                have = {(r["idx"], r["uuid"]): dict(r) for r in self.db.execute("SELECT * FROM gpus WHERE node=?", (node,))}
+                for g in entries:
+                    pr = g.get("probe") if isinstance(g.get("probe"), dict) else None
+                    codes = [int(x) for x in g.get("xids") or [] if isinstance(x, (int, float))]
+                    idx, uuid = int(g["gpu"]), g.get("uuid") or ""
+                    row = self._update(node, idx, uuid, g.get("name") or "unknown", t,
+                                       job_sums(g), codes, probe=pr,
+                                       xid_count=max(int(g.get("xid_count") or 0), len(codes)),
+                                       old=have.get((idx, uuid), False))
+                    if updated is not None:
+                        updated.setdefault(node, []).append(row)
+            self._flush_moves()
             self.db.execute("COMMIT")
         except BaseException:
+            self._moves.clear()
             self.db.execute("ROLLBACK")
             raise
-        return len(entries)
+        return sum(len(e) for _, e, _ in todo)
 
     def put_probe(self, node: str, idx: int, uuid: str | None, model: str | None, figures: dict[str, Any],
                   t: float | None = None) -> None:
@@ -175,20 +198,31 @@ class FleetStore:
         try:
             self._update(node, idx, uuid or "", model or "unknown", t or time.time(), None, [],
                          probe={**figures, "t": t or time.time()})
+            self._flush_moves()
             self.db.execute("COMMIT")
         except BaseException:
+            self._moves.clear()
             self.db.execute("ROLLBACK")
             raise
 
     def _update(self, node: str, idx: int, uuid: str, model: str, t: float, add: dict[str, float] | None,
-                xids: list[int], probe: dict[str, Any] | None = None, xid_count: int = 0) -> None:
-        cur = self.db.execute("SELECT * FROM gpus WHERE node=? AND idx=? AND uuid=?", (node, idx, uuid)).fetchone()
-        old = dict(cur) if cur is not None else None
+                xids: list[int], probe: dict[str, Any] | None = None, xid_count: int = 0,
+                old: dict[str, Any] | None | bool = None) -> dict[str, Any]:
+        """Fold one GPU's contribution; its row as it is now, with its figures under ``fig``.
+
+        ``old``: the row as the caller read it, ``False`` when it read none (None: read it here)."""
+        if old is None:
+            cur = self.db.execute("SELECT * FROM gpus WHERE node=? AND idx=? AND uuid=?", (node, idx, uuid)).fetchone()
+            old = dict(cur) if cur is not None else None
+        elif old is False:
+            old = None
         if old is None:
             self._retire(node, idx, uuid)
             self.db.execute("INSERT INTO gpus (node, idx, uuid, model, first_t, last_t) VALUES (?,?,?,?,?,?)",
                             (node, idx, uuid, model, t, t))
-            row: dict[str, Any] = {c: 0.0 for c in SUMS} | {f: None for f in PROBE_FIELDS} | {"jobs_total": 0}
+            row: dict[str, Any] = ({c: 0.0 for c in SUMS} | {f: None for f in PROBE_FIELDS}
+                                   | {"node": node, "idx": idx, "uuid": uuid, "model": model, "first_t": t,
+                                      "jobs_total": 0, "probe_t": None, "xids": 0, "xid_last": None})
         else:
             row = dict(old)
         before = derive(row) if old is not None else {m: None for m in METRICS}
@@ -213,6 +247,9 @@ class FleetStore:
         after = derive(row)
         for m in METRICS:
             self._move(model, m, before[m], after[m])
+        row.update(sets)
+        row["fig"] = after
+        return row
 
     def _retire(self, node: str, idx: int, uuid: str) -> None:
         """A new board in this slot: the old board's fingerprint leaves the fleet (and its model's sketch)."""
@@ -223,15 +260,24 @@ class FleetStore:
             self.db.execute("DELETE FROM gpus WHERE node=? AND idx=? AND uuid=?", (node, idx, d["uuid"]))
 
     def _move(self, model: str, metric: str, old: float | None, new: float | None) -> None:
+        """Count a value's move between sketch buckets (written by ``_flush_moves``, once per transaction)."""
         ob = bucket(old) if old is not None else None
         nb = bucket(new) if new is not None else None
         if ob == nb:
             return
         if ob is not None:
-            self.db.execute("UPDATE sketch SET n=n-1 WHERE model=? AND metric=? AND bucket=?", (model, metric, ob))
+            self._moves[(model, metric, ob)] -= 1
         if nb is not None:
-            self.db.execute("INSERT INTO sketch VALUES (?,?,?,1) ON CONFLICT (model, metric, bucket) DO UPDATE SET n=n+1",
-                            (model, metric, nb))
+            self._moves[(model, metric, nb)] += 1
+
+    def _flush_moves(self) -> None:
+        """The transaction's net bucket moves, one statement per bucket that changed."""
+        down = [(-n, m, k, b) for (m, k, b), n in self._moves.items() if n < 0]
+        up = [(m, k, b, n) for (m, k, b), n in self._moves.items() if n > 0]
+        self._moves.clear()
+        self.db.executemany("UPDATE sketch SET n=n-? WHERE model=? AND metric=? AND bucket=?", down)
+        self.db.executemany("INSERT INTO sketch VALUES (?,?,?,?) ON CONFLICT (model, metric, bucket) "
+                            "DO UPDATE SET n=n+excluded.n", up)
 
     # reads -----------------------------------------------------------------------------
     def gpus(self, node: str | None = None) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """The controller service with a stub AdminComment writer, as a process (kill -9 tests, load benchmarks).
 
-usage: python controller_stub.py CONFIG LATENCY_S WRITES_LOG [FAIL_FLAG]
-Writes go to WRITES_LOG ("time job_id crc32" per line), so they survive the process being killed;
+usage: python controller_stub.py CONFIG LATENCY_S WRITES_LOG [FAIL_FLAG] [CALL_S]
+A batch's write takes CALL_S (default 0) + LATENCY_S per job. Writes go to WRITES_LOG ("time job_id crc32" per line), so they survive the process being killed;
 every write fails while the file FAIL_FLAG exists (the database is down).
 """
 
@@ -32,7 +32,8 @@ def main() -> int:
         def failing(self, _v: bool) -> None:
             pass
 
-    writer = FlagWriter(float(sys.argv[2]), per_job=True, log_path=sys.argv[3])
+    call_s = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    writer = FlagWriter(float(sys.argv[2]), per_job=True, log_path=sys.argv[3], call_s=call_s)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     svc = service.serve(cfg, stop, writer=writer)

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,38 @@ def test_series_are_bounded_in_points_and_bytes_and_come_back():
     assert back["n4:3"]["power_w"][0] == 300 or back["n4:3"]["power_w"][0] == 301
     assert back["n4:3"]["nvlink_tx_bps"][0] == 2.5e9 and back["n4:3"]["tensor_active_pct"][0] is None
     assert series.expand("n1", {"schema": "other"}) == {} and series.compact({}, 500) is None
+
+
+def test_due_writes_are_spread_over_idle_writers_in_batches_worth_a_process():
+    assert queue.batch_sizes(0, 8, 50) == [] and queue.batch_sizes(10, 0, 50) == []
+    assert queue.batch_sizes(3, 16, 50) == [3]                      # little due: one process
+    assert queue.batch_sizes(12, 16, 50) == [4, 4, 4]               # batches of at least MIN_BATCH
+    assert queue.batch_sizes(500, 16, 50) == [32] * 4 + [31] * 12   # a burst: every writer, evenly
+    assert queue.batch_sizes(2000, 16, 50) == [50] * 16             # never more than write_batch each
+    assert queue.batch_sizes(500, 2, 50) == [50, 50]
+
+
+def test_series_bytes_are_small_and_come_back_within_a_step_of_each_columns_peak():
+    daemon = _daemon_series(3000)
+    daemon["1"] = dict(daemon["1"], nvlink_tx_bps=[(i % 50) * 1e9 for i in range(3000)],
+                       sm_active_pct=[None if i % 400 == 0 else 50.0 for i in range(3000)])
+    v = series.compact(daemon, 500)
+    blob = series.pack(v)
+    assert blob.startswith(series.FRAME_MAGIC)
+    assert len(blob) < len(zlib.compress(json.dumps(v, separators=(",", ":")).encode(), 9))
+    back = series.unpack(blob)
+    assert back["t"] == v["t"] and back["t0"] == v["t0"] and back["units"] == v["units"]
+    for g, col in v["gpus"].items():
+        for f, vals in col.items():
+            peak = max((abs(x) for x in vals if x is not None), default=0)
+            got = back["gpus"][g][f]
+            # gaps stay gaps; values within half a step of 1/LEVELS of the column's peak
+            assert [x is None for x in got] == [x is None for x in vals], (g, f)
+            assert all(abs(a - b) <= max(0.5, peak / series.LEVELS) for a, b in zip(got, vals) if a is not None), (g, f)
+    assert back["gpus"]["0"]["sm_active_pct"] == v["gpus"]["0"]["sm_active_pct"]  # percent keeps its unit step
+    # what older nodes sent (zlib JSON) still reads; garbage is None, not an exception
+    assert series.unpack(zlib.compress(json.dumps(v).encode())) == v
+    assert series.unpack(series.FRAME_MAGIC + b"junk") is None and series.unpack(b"") is None
 
 
 def test_sacct_rows_decode_admin_comments_and_count_the_rest():

@@ -108,6 +108,28 @@ def test_model_sketch_matches_the_gpus_exactly_enough(tmp_path: Path, pools: dic
             assert s["median"] == pytest.approx(med, rel=0.006, abs=0.01), metric
 
 
+def test_a_batch_folded_in_one_transaction_equals_one_summary_at_a_time(tmp_path: Path, pools: dict) -> None:
+    """The controller folds a tick's summaries together (net sketch moves): the same fingerprints and sketches."""
+    summaries = list(fs.fleet(nodes=20, jobs=12, planted={(2, 1): "slow_link"}, seed=4, pools=pools, h200_nodes=4))
+    one, many = FleetStore(tmp_path / "one.sqlite"), FleetStore(tmp_path / "many.sqlite")
+    for s in summaries:
+        one.ingest(s)
+    for i in range(0, len(summaries), 37):  # batches holding the same node more than once
+        many.ingest_many(summaries[i:i + 37])
+    strip = [{k: v for k, v in r.items() if k != "fig"} for r in one.gpus()]
+    assert [{k: v for k, v in r.items() if k != "fig"} for r in many.gpus()] == strip
+    sketch = "SELECT model, metric, bucket, n FROM sketch WHERE n > 0 ORDER BY 1, 2, 3"
+    assert many.db.execute(sketch).fetchall() == one.db.execute(sketch).fetchall()
+    assert many.model_stats() == one.model_stats()
+    # the rows the batch hands back for ranking are the stored rows, figures included
+    for st in (many, FleetStore(tmp_path / "fresh.sqlite")):  # GPUs seen before, and new ones
+        updated: dict = {}
+        st.ingest_many(summaries[:5], updated=updated)
+        for node, rows in updated.items():
+            stored = {(r["idx"], r["uuid"]): r for r in st.gpus(node)}
+            assert rows and all(r == stored[(r["idx"], r["uuid"])] for r in rows[-8:]), node
+
+
 def test_swapped_board_starts_fresh_and_evidence_clears(tmp_path: Path, pools: dict) -> None:
     st = _fleet(tmp_path, pools, PLANTED, jobs=20)
     bad = next(r for r in st.gpus("n020") if r["idx"] == 3)

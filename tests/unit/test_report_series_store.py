@@ -7,14 +7,12 @@ sent with its summary. The page is opened in headless Chromium where it is insta
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import pytest
@@ -45,7 +43,7 @@ def controller():
               for g in range(8)}
     value = series.compact(daemon, 500)
     with clusterstore.ClusterStore(tmp / "cluster.sqlite") as st:
-        st.put_node_summary(ns, 0, series=zlib.compress(json.dumps(value).encode()))
+        st.put_node_summary(ns, 0, series=series.pack(value))  # the frame as a node sends it
         st.put_job(merge.merge_job({"far1": ns}, ["far1"], {"job_id": 21, "user": "alice", "uid": 1000}, end))
     yield tmp, dict(os.environ, GPUPERF_CONFIG=str(conf))
     shutil.rmtree(tmp, ignore_errors=True)

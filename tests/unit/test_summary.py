@@ -142,6 +142,25 @@ def test_merge_with_a_missing_node_is_partial_and_names_it():
     assert nothing["quality"]["partial"] and nothing["job"]["gpu_count"] == 0
 
 
+def test_a_one_node_job_keeps_its_nodes_summary_and_diagnosis_as_a_full_merge_would_word_it():
+    a = aggregates(node="n1", ngpus=8, seed=3)
+    a["partial"], a["partial_reasons"] = True, ["daemon restarted: 12 s gap"]
+    n1 = summary.node_summary(a, context(node="n1"))
+    n1["quality"]["ignored"] = ["record ignored: env.json: symlink"]
+    n1["diagnosis"]["phases"] = [{"class": "idle", "share_pct": 10.0}]  # as the node's series gave it
+    fast = summary.merge([n1], ["n1"])
+    # the full join (node diagnosis left out, so the controller diagnoses again) words the same summary
+    full = summary.merge([dict(n1, diagnosis=None)], ["n1"])
+    assert "fleet" in n1 and "fleet" not in fast
+    assert {k: v for k, v in fast.items() if k != "diagnosis"} == {k: v for k, v in full.items() if k != "diagnosis"}
+    assert fast["quality"]["reasons"] == ["n1: daemon restarted: 12 s gap"] and fast["quality"]["partial"]
+    assert fast["quality"]["ignored"] == ["n1: record ignored: env.json: symlink"]
+    # the node's diagnosis (made with its series) is kept, not made again without it
+    assert fast["diagnosis"] is n1["diagnosis"] and fast["diagnosis"]["phases"]
+    assert full["diagnosis"]["class"] == fast["diagnosis"]["class"]
+    assert summary.merge([n1], ["n1", "n2"])["quality"]["nodes_missing"] == ["n2"]  # a missing node: full merge
+
+
 def test_gpu_names_from_the_context_fill_what_the_sampler_left_out():
     a = aggregates(ngpus=2)
     a["gpus"]["0"]["name"] = None
