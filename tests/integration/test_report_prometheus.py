@@ -39,7 +39,7 @@ import promserver  # noqa: E402
 GPUPERF = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/gpuperf"
 RECORDING = ROOT / "tests" / "data" / "recordings" / "one_busy-h200.jsonl.gz"
 NODE, JOB, GPUS = "far1", 31, (1, 2)
-WINDOW_S = 8.0
+WINDOW_S = 6.0
 STORE_POWER_W = 400.0
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -95,7 +95,7 @@ def _job_in_store(tmp: Path, base: str, mport: int, prom: promserver.Server) -> 
             exported.setdefault(g, set()).update(v)
         time.sleep(0.1)
     end = time.time()
-    time.sleep(2.5)  # the last scrape of the window is in
+    time.sleep(2.0)  # the last scrape of the window is in
     a = aggregates(job_id=JOB, node=NODE, ngpus=max(GPUS) + 1, seconds=WINDOW_S)
     a["gpus"] = {str(g): a["gpus"][str(g)] for g in GPUS}
     a["start"], a["end"] = start, end

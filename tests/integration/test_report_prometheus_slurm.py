@@ -65,7 +65,7 @@ def test_real_job_charts_from_prometheus_and_from_the_store_without_it(slurm_clu
                 assert time.time() < end, "Prometheus has no sample of the daemon"
                 time.sleep(0.2)
             with _collector(c):
-                job = c.sbatch("sleep 6\n", "--gres=gpu:2")
+                job = c.sbatch("sleep 5\n", "--gres=gpu:2")
                 assert c.wait(job) == "COMPLETED"
                 assert _queue_state(c, job) == "done"
             time.sleep(2.0)  # the scrapes of the job's last second are in
