@@ -14,7 +14,6 @@ same command with the series from the controller store. Loopback, one Prometheus
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
@@ -23,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +71,7 @@ def store_with_jobs(path: Path, jobs: list[tuple[int, list[str], float, float]])
                 ns = summary.node_summary(a, context(job_id=job_id, node=node))
                 t = [start + (end - start) * i / 499 for i in range(500)]
                 cols = {str(g): {"t": t, **{f: [50.0] * 500 for f in series.FIELDS}} for g in range(GPUS)}
-                st.put_node_summary(ns, 0, series=zlib.compress(json.dumps(series.compact(cols)).encode()))
+                st.put_node_summary(ns, 0, series=series.pack(series.compact(cols)))
                 parts[node] = ns
             st.put_job(merge.merge_job(parts, nodes, {"job_id": job_id, "user": "bench", "uid": 0}, end))
 

@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-import zlib
 from pathlib import Path
 
 import pytest
@@ -103,7 +102,7 @@ def _job_in_store(tmp: Path, base: str, mport: int, prom: promserver.Server) -> 
     t = [start + 0.5 * i for i in range(int(WINDOW_S * 2))]
     stored = {str(g): {"t": t, "sm_active_pct": [10.0] * len(t), "power_w": [STORE_POWER_W] * len(t)} for g in GPUS}
     with clusterstore.ClusterStore(tmp / "cluster.sqlite") as st:
-        st.put_node_summary(ns, 0, series=zlib.compress(json.dumps(series.compact(stored, 500)).encode()))
+        st.put_node_summary(ns, 0, series=series.pack(series.compact(stored, 500)))
         st.put_job(merge.merge_job({NODE: ns}, [NODE], {"job_id": JOB, "user": "alice", "uid": 1000}, end))
 
     def configure(**keys) -> dict:
