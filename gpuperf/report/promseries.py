@@ -6,7 +6,7 @@ read from its summary, not through ``gpuperf_job_gpu_info``: that series' ``job`
 with the ``job`` label Prometheus gives every scraped series (it arrives as ``exported_job``
 unless the scrape sets ``honor_labels``), and the summary already names the job's GPUs and times.
 
-One ``/api/v1/query_range`` per metric over the job's span, with a step that keeps at most
+One ``/api/v1/query_range`` per metric over the job's span (the six sent at once), with a step that keeps at most
 ``points`` points per line and never below the scrape interval; each point is
 ``avg_over_time`` of its step (the mean of the samples in it, as the daemon's own downsampling
 averages) and is placed at the middle of its step. Values come back in the renderers' shape and
@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpuperf.daemon.metrics import _unit_name  # the exporter's own naming: the names queried are the names exported
@@ -173,10 +174,15 @@ def job_series(url: str, s: dict, points: int = 500, label: str = "instance", mi
         return {}
     first, last, step = plan(w.start, w.end, points, min_step_s)
     rows: dict[str, dict[float, dict[str, float | None]]] = {}
-    for field, (metric, factor) in METRICS.items():
-        # the first failure ends it: an unreachable server would cost one timeout per metric
-        answer = fetch(url, "/api/v1/query_range", {"query": query(metric, label, w, step), "start": f"{first:.3f}",
-                                                     "end": f"{last:.3f}", "step": f"{step:.3f}"}, timeout_s)
+
+    def ask(metric: str) -> dict:
+        return fetch(url, "/api/v1/query_range", {"query": query(metric, label, w, step), "start": f"{first:.3f}",
+                                                  "end": f"{last:.3f}", "step": f"{step:.3f}"}, timeout_s)
+
+    # the six queries at once: Prometheus evaluates them in parallel, and an unreachable server costs one timeout
+    with ThreadPoolExecutor(len(METRICS)) as pool:
+        answers = list(pool.map(ask, [m for m, _ in METRICS.values()]))  # the first error is raised here
+    for (field, (_, factor)), answer in zip(METRICS.items(), answers):
         parse(answer, field, factor, label, w, step, rows)
     return columns(rows)
 

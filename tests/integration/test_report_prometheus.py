@@ -40,7 +40,6 @@ RECORDING = ROOT / "tests" / "data" / "recordings" / "one_busy-h200.jsonl.gz"
 NODE, JOB, GPUS = "far1", 31, (1, 2)
 WINDOW_S = 6.0
 STORE_POWER_W = 400.0
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _wait(cond, timeout: float, what: str) -> None:
@@ -150,9 +149,12 @@ def test_html_report_charts_the_job_from_prometheus(stack):
         assert STORE_POWER_W not in ys
     # the recording's GPU 0 worked, GPU 1 idled: GPU 2 plays 0, GPU 1 plays 1
     assert max(lines[f"{NODE}:1"], key=lambda v: v or 0) < 150 < max(lines[f"{NODE}:2"], key=lambda v: v or 0)
-    if not CHROMIUM:
-        return  # the embedded chart data is checked above; tests/unit/test_report_render.py installs chromium
-    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    from test_report_render import _chromium  # Debian's chromium, installed with apt when missing (as there)
+
+    chromium = _chromium()
+    if not chromium:
+        return  # the embedded chart data is checked above
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                           f"--user-data-dir={stack['tmp'] / 'chromium'}", "--host-resolver-rules=MAP * ~NOTFOUND",
                           "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
