@@ -3,11 +3,13 @@
     PYTHONPATH=. python3 benchmarks/device/fleet_probe.py --out "$OUT" [--runs 3]
 
 1. The probe as gpuperf runs it (``gpuperf.fleet.probe.run``: probe_script.py in a separate Python,
-   ``fleet.probe_python`` = this Python), ``--runs`` times; after each run the same operations (bf16
-   GEMM of the same size, device copy of the same bytes, peer copy of the same bytes) are timed here
-   directly with CUDA events. Agreement = probe / events per GPU and figure; repeat spread = (max-min)/median
-   of the probe's figures over the runs; cost per GPU = the probe's own seconds per GPU (CUDA context,
-   allocation and all bursts) and the whole run's wall time / GPUs (interpreter start included).
+   ``fleet.probe_python`` = this Python), ``--runs`` times, one GPU at a time; right before or after
+   it (alternating by run, so neither always meets the cooler GPU) the same operations on that GPU
+   (bf16 GEMM of the same size and burst length after the same settling load, device copy of the same
+   bytes, peer copy of the same bytes) are timed here directly with CUDA events. Agreement = probe /
+   events per GPU and figure; repeat spread = (max-min)/median of the probe's figures over the runs;
+   cost per GPU = the probe's own seconds per GPU (CUDA context, allocation and all bursts) and the
+   probe process's wall time (interpreter and torch start included).
 2. A GPU made slow honestly: a second process runs bf16 matmuls on the last GPU throughout a probe;
    the deep check ``gpu_probe`` (what ``gpuperf check --deep`` runs) must warn about that GPU and no other.
 Prints a table last; writes fleet_probe.json under --out.
@@ -81,10 +83,12 @@ def events_reference(torch, g: dict, reps: int = 5) -> dict:
     membw = statistics.median(2.0 * nb / timed(lambda: dst.copy_(src), g["membw"]["iters"], dev) / 1e9 for _ in range(reps))
     del src, dst
     p2p = {}
-    pb, piters = (g.get("p2p") or {}).get("bytes", 256 * 2 ** 20), (g.get("p2p") or {}).get("iters", 20)
+    pg = g.get("p2p") or {}
+    pb, piters = pg.get("bytes", 256 * 2 ** 20), pg.get("iters", 20)
     for peer in g.get("p2p_gbs") or {}:
         s = torch.empty(pb, device=f"cuda:{dev}", dtype=torch.uint8).fill_(1)
         d = torch.empty(pb, device=f"cuda:{int(peer)}", dtype=torch.uint8)
+        settle(lambda: d.copy_(s, non_blocking=True), piters, pg.get("settle_s", 0.0))
         # a peer copy runs on the source device's current stream here; time it there
         p2p[peer] = statistics.median(pb / timed(lambda: d.copy_(s, non_blocking=True), piters, dev) / 1e9 for _ in range(reps))
         del s, d
@@ -105,17 +109,28 @@ def main() -> int:
     ngpu = torch.cuda.device_count()
     res: dict = {"device": [torch.cuda.get_device_name(i) for i in range(ngpu)], "torch": torch.__version__,
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": []}
+    last: dict[int, dict] = {}
     for k in range(args.runs):
-        t0 = time.perf_counter()
-        run = probe.run(cfg)
-        wall = time.perf_counter() - t0
-        assert run.status == "ok", run.to_dict()
-        ref = {str(g["index"]): events_reference(torch, g) for g in run.gpus}
-        res["runs"].append({"wall_s": wall, "probe": run.gpus, "events": ref})
+        gpus, ref, walls = [], {}, []
+        for i in range(ngpu):
+            # odd runs time the reference first (with the previous run's burst sizes), even runs the probe first
+            if k % 2 and i in last:
+                ref[str(i)] = events_reference(torch, last[i])
+            t0 = time.perf_counter()
+            run = probe.run(cfg, gpus=[i])
+            walls.append(time.perf_counter() - t0)
+            assert run.status == "ok" and "error" not in run.gpus[0], run.to_dict()
+            last[i] = run.gpus[0]
+            gpus.append(run.gpus[0])
+            if str(i) not in ref:
+                ref[str(i)] = events_reference(torch, run.gpus[0])
+        wall = sum(walls)
+        res["runs"].append({"wall_s": wall, "wall_per_gpu_s": walls, "order": "events first" if k % 2 else "probe first",
+                            "probe": gpus, "events": ref})
         print(f"run {k}: {wall:.1f} s wall; " + "; ".join(
             f"GPU {g['index']}: {g['gemm_tflops']:.1f} vs {ref[str(g['index'])]['gemm_tflops']:.1f} TFLOP/s, "
             f"{g['membw_gbs']:.0f} vs {ref[str(g['index'])]['membw_gbs']:.0f} GB/s, p2p {g['p2p_gbs']} vs "
-            f"{ref[str(g['index'])]['p2p_gbs']}" for g in run.gpus), flush=True)
+            f"{ref[str(g['index'])]['p2p_gbs']}" for g in gpus), flush=True)
     # 2. hidden background load on the last GPU during a probe (the deep check's path)
     slow = ngpu - 1
     if ngpu < 2:
@@ -155,7 +170,7 @@ def _finish(args: argparse.Namespace, res: dict, ngpu: int, chk, ok_slow: bool) 
     per_gpu = [g["seconds"] for r in res["runs"] for g in r["probe"]]
     res["table"] = [dict(zip(("figure", "probe_median", "events_median", "max_rel_diff", "spread", "unit"), r)) for r in rows]
     res["cost_per_gpu_s"] = {"probe_own_median": statistics.median(per_gpu),
-                             "wall_per_gpu_median": statistics.median(r["wall_s"] / ngpu for r in res["runs"])}
+                             "wall_per_gpu_median": statistics.median(w for r in res["runs"] for w in r["wall_per_gpu_s"])}
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "fleet_probe.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     print(f"\n{res['device']} torch {res['torch']}")
@@ -163,7 +178,11 @@ def _finish(args: argparse.Namespace, res: dict, ngpu: int, chk, ok_slow: bool) 
     for r in rows:
         print(f"{r[0]:<18} {r[1]:>10.1f} {r[2]:>10.1f} {100 * r[3]:>8.2f}% {100 * r[4]:>6.2f}%  {r[5]}")
     print(f"cost per GPU: probe's own {res['cost_per_gpu_s']['probe_own_median']:.2f} s, "
-          f"wall incl. interpreter {res['cost_per_gpu_s']['wall_per_gpu_median']:.2f} s")
+          f"probe process wall incl. interpreter {res['cost_per_gpu_s']['wall_per_gpu_median']:.2f} s")
+    for g in range(ngpu):
+        print(f"GPU{g} GEMM per run (probe/events): " + ", ".join(
+            f"{r['probe'][g]['gemm_tflops']:.0f}/{r['events'][str(g)]['gemm_tflops']:.0f} ({r['order']}, "
+            f"{r['probe'][g]['gemm']['iters']} calls)" for r in res["runs"]))
     if chk is not None:
         print(f"background load on GPU {slow}: check {chk.status}: {chk.detail}")
         print(f"only the loaded GPU flagged: {ok_slow}")

@@ -80,6 +80,11 @@ def below_bar(iv: Interval, tol: float) -> bool:
     return iv.hi is not None and iv.hi < 1 - tol
 
 
+def clears_bar(iv: Interval, tol: float) -> bool:
+    """True when the whole interval lies at or above 1 - tol: any loss is proven smaller than the tolerance."""
+    return iv.lo is not None and iv.lo >= 1 - tol
+
+
 def fmt(iv: Interval) -> str:
     """'0.998 [0.991, 1.005]' (or what was measured)."""
     if iv.ratio is None:

@@ -3,15 +3,16 @@
 The launcher (``measure``) runs one fresh set of worker processes per environment and round, so
 each environment gets its own NCCL initialisation (NCCL, CUDA and OpenMP read their variables once
 per process), and rounds interleave the environments in alternating order so drift hits them all
-alike. One launch measures every collective and size it is given. Workers (``python -m
-gpuperf.env.ncclbench --worker``) time ``n`` back-to-back collectives per repeat with CUDA events
-after warm-ups and report per-op seconds (the slowest rank's). ``gpuperf.env.interval`` turns the
-per-round values into paired ratios with confidence intervals. Needs torch only where measurements run.
+alike. One launch measures every collective and size it is given. Workers (``gpuperf.env.ncclworker``)
+time ``n`` back-to-back collectives per repeat with CUDA events after warm-ups and report per-op
+seconds (the slowest rank's); each rank can be pinned to CPUs next to its GPU (``rank_cpus``), the
+same in every environment, so the scheduler's placement is no difference between them.
+``gpuperf.env.interval`` turns the per-round values into paired ratios with confidence intervals.
+Needs torch only where measurements run.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -23,6 +24,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpuperf.env import ncclworker
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 ALWAYS = {"NCCL_NVLS_ENABLE": "0"}  # NVLS costs GPU memory and is off on shared machines (FACTS.md)
@@ -52,8 +55,10 @@ _BUS = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) /
 
 
 def busbw_gbps(nbytes: int, seconds: float, world: int, coll: str = "allreduce") -> float:
-    """Bus bandwidth in GB/s of one collective over ``nbytes`` (the full buffer, as nccl-tests counts it)."""
-    return nbytes / seconds * _BUS[coll](world) / 1e9 if seconds > 0 else 0.0
+    """Bus bandwidth in GB/s of one collective over ``nbytes`` (the full buffer, as nccl-tests counts it).
+
+    ``coll`` may carry a timing after a slash (``allgather/launched``): the factor is the collective's."""
+    return nbytes / seconds * _BUS[coll.split("/")[0]](world) / 1e9 if seconds > 0 else 0.0
 
 
 @dataclass
@@ -67,6 +72,7 @@ class SetResult:
     env: dict[str, str]
     rounds: list[dict[str, dict[int, list[float]]]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    starved: int = 0  # queued repeats the workers took again (see gpuperf.env.ncclworker)
 
     def per_round(self, size: int, coll: str = "allreduce", best: bool = False) -> list[float | None]:
         """Each round's busbw at one size, the median of its repeats or (``best``) the fastest; None where missing.
@@ -100,7 +106,7 @@ class SetResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
-        return {"name": self.name, "env": self.env, "errors": self.errors,
+        return {"name": self.name, "env": self.env, "errors": self.errors, "starved": self.starved,
                 "rounds": [{c: {str(k): v for k, v in per.items()} for c, per in r.items()} for r in self.rounds]}
 
 
@@ -119,13 +125,56 @@ def clean_env(base: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in base.items() if not k.startswith(drop)}
 
 
+def rank_cpus(world: int, root: str | None = None) -> list[list[int]]:
+    """CPUs for each of ``world`` ranks on GPUs 0..world-1: gpuperf's affinity plan (the cores next to
+    each GPU) where the node has several NUMA nodes, else this process's CPUs in equal disjoint chunks."""
+    from gpuperf import affinity, topology
+
+    mine = sorted(os.sched_getaffinity(0))
+    try:
+        topo = topology.load_node(root, health=False).topology
+        plan = affinity.plan(topo, affinity.Allocation(tuple(range(world)), tuple(mine), "self"), world)
+        if not plan.noop and len(plan.ranks) == world and all(r.cpus for r in plan.ranks):
+            return [list(r.cpus) for r in plan.ranks]
+    except Exception:  # noqa: BLE001 - a node we cannot read is pinned the plain way below
+        pass
+    base, extra = divmod(len(mine), world)
+    if base == 0:
+        return [mine] * world  # fewer CPUs than ranks: all share them
+    out, i = [], 0
+    for r in range(world):
+        k = base + (1 if r < extra else 0)
+        out.append(mine[i:i + k])
+        i += k
+    return out
+
+
+def _log_tails(d: str, world: int, lines: int = 3) -> str:
+    """The last lines each rank printed (what a hung or failed launch was doing)."""
+    out = []
+    for rank in range(world):
+        try:
+            with open(os.path.join(d, f"log{rank}"), errors="replace") as f:
+                tail = f.read().strip().splitlines()[-lines:]
+        except OSError:
+            tail = []
+        out.append(f"rank {rank}: " + (" | ".join(tail) or "(nothing)"))
+    return "; ".join(out)
+
+
 def run_once(env_set: dict[str, str], world: int, backend: str, device: str, size_list: list[int],
              repeats: int, warmup: int, timeout_s: float,
-             colls: tuple[str, ...] = ("allreduce",)) -> dict[str, dict[int, list[float]]]:
+             colls: tuple[str, ...] = ("allreduce",), timing: str = "launched",
+             pin: list[list[int]] | None = None, meta: dict | None = None) -> dict[str, dict[int, list[float]]]:
     """One fresh group of ``world`` workers under ``env_set``: collective -> size -> busbw per repeat.
 
+    ``timing``: ``launched``, ``queued`` or both comma-separated (``gpuperf.env.ncclworker``); the first
+    is keyed by the collective's name, the other as ``coll/timing``. ``pin``: CPUs per rank. ``meta``
+    gets the worker's notes: queued repeats taken again (``starved``), its CPUs, its timings.
     Raises RuntimeError when a worker fails or the group outlives ``timeout_s``.
     """
+    from gpuperf.affinity import format_cpu_list
+
     port = _free_port()
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "r0.json")
@@ -134,9 +183,11 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world)}
         for rank in range(world):
             env = {**base, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-            argv = [sys.executable, "-m", "gpuperf.env.ncclbench", "--worker", "--backend", backend, "--device", device,
+            if pin:
+                env["GPUPERF_BENCH_CPUS"] = format_cpu_list(pin[rank % len(pin)])
+            argv = [sys.executable, "-m", "gpuperf.env.ncclworker", "--backend", backend, "--device", device,
                     "--sizes", ",".join(map(str, size_list)), "--repeats", str(repeats), "--warmup", str(warmup),
-                    "--colls", ",".join(colls), "--out", out]
+                    "--colls", ",".join(colls), "--timing", timing, "--out", out]
             # output to files, not pipes: a chatty rank (NCCL_DEBUG) must not block on a full pipe
             with open(os.path.join(d, f"log{rank}"), "w") as log_f:
                 procs.append(subprocess.Popen(argv, env=env, stdout=log_f, stderr=subprocess.STDOUT,
@@ -151,14 +202,17 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
                     os.killpg(p.pid, signal.SIGKILL)
             for p in procs:
                 p.wait()
-            raise RuntimeError(f"timed out after {timeout_s:.0f} s") from None
+            raise RuntimeError(f"timed out after {timeout_s:.0f} s: {_log_tails(d, world)}") from None
         bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
         if bad or not os.path.exists(out):
             with open(os.path.join(d, f"log{bad[0][0] if bad else 0}"), errors="replace") as f:
                 tail = "\n".join(f.read().strip().splitlines()[-8:])
             raise RuntimeError(f"workers failed {bad}: {tail}")
         with open(out) as f:
-            per_op = json.load(f)["seconds_per_op"]
+            got = json.load(f)
+        per_op = got["seconds_per_op"]
+        if meta is not None:
+            meta.update({k: got.get(k) for k in ("starved", "pinned", "timings")})
     return {c: {int(s): [busbw_gbps(int(s), t, world, c) for t in ts] for s, ts in per.items()}
             for c, per in per_op.items()}
 
@@ -167,13 +221,13 @@ def measure(sets: dict[str, dict[str, str]], world: int, backend: str = "nccl", 
             size_list: list[int] | None = None, rounds: int = 3, repeats: int = 5, warmup: int = 5,
             timeout_s: float = 240.0, log=print, colls: tuple[str, ...] = ("allreduce",),
             set_sizes: dict[str, list[int]] | None = None, budget_s: float | None = None,
-            on_round=None) -> dict[str, SetResult]:
+            on_round=None, timing: str = "launched", pin: list[list[int]] | None = None) -> dict[str, SetResult]:
     """Measure every environment up to ``rounds`` times, interleaved; failures are recorded, not raised.
 
     Odd rounds run the environments in reverse order, so none always follows the same neighbour.
     ``set_sizes`` gives an environment fewer sizes (ablations); with ``budget_s`` no round starts
     that would likely end past the budget (rounds done so far stay paired and usable). ``on_round``
-    gets the results after each round (to write partial results).
+    gets the results after each round (to write partial results). ``timing`` and ``pin``: ``run_once``'s.
     """
     size_list = size_list or sizes(8 * KIB, GIB)
     results = {name: SetResult(name, env) for name, env in sets.items()}
@@ -187,10 +241,13 @@ def measure(sets: dict[str, dict[str, str]], world: int, backend: str = "nccl", 
         for name in order:
             t0 = time.monotonic()
             wanted = (set_sizes or {}).get(name) or size_list
+            meta: dict = {}
             try:
                 results[name].rounds.append(run_once(sets[name], world, backend, device, wanted, repeats, warmup,
-                                                     timeout_s, colls))
-                log(f"round {r + 1}/{rounds} {name}: {time.monotonic() - t0:.1f} s")
+                                                     timeout_s, colls, timing, pin, meta))
+                log(f"round {r + 1}/{rounds} {name}: {time.monotonic() - t0:.1f} s"
+                    + (f" ({meta['starved']} queued repeat(s) taken again)" if meta.get("starved") else ""))
+                results[name].starved += int(meta.get("starved") or 0)
             except RuntimeError as e:
                 results[name].rounds.append({})
                 results[name].errors.append(f"round {r + 1}: {e}")
@@ -198,92 +255,6 @@ def measure(sets: dict[str, dict[str, str]], world: int, backend: str = "nccl", 
         if on_round:
             on_round(results)
     return results
-
-
-# --- worker ----------------------------------------------------------------------------------------
-
-def _op(dist: Any, coll: str, nbytes: int, world: int, dev: Any, torch: Any):
-    """A no-argument callable running one collective over ``nbytes`` (nccl-tests' size convention)."""
-    n = max(world, nbytes // 4 // world * world)  # float32 elements, divisible by the world
-    if coll == "allreduce":
-        buf = torch.ones(n, dtype=torch.float32, device=dev)
-        return lambda: dist.all_reduce(buf)
-    if coll == "allgather":  # size = the gathered output
-        out, inp = torch.empty(n, dtype=torch.float32, device=dev), torch.ones(n // world, dtype=torch.float32, device=dev)
-        return lambda: dist.all_gather_into_tensor(out, inp)
-    if coll == "reducescatter":  # size = the input that is reduced
-        inp, out = torch.ones(n, dtype=torch.float32, device=dev), torch.empty(n // world, dtype=torch.float32, device=dev)
-        return lambda: dist.reduce_scatter_tensor(out, inp)
-    raise ValueError(f"unknown collective {coll!r} (known: {', '.join(COLLECTIVES)})")
-
-
-def _timer(torch: Any, cuda: bool):
-    """Seconds for ``n`` calls of ``fn``: CUDA events on the GPU (kernel time, no host jitter), else a clock."""
-    if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-        def timed(fn, n: int) -> float:
-            start.record()
-            for _ in range(n):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-        return timed
-
-    def timed_cpu(fn, n: int) -> float:
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        return time.perf_counter() - t0
-    return timed_cpu
-
-
-def _worker(args: argparse.Namespace) -> int:
-    import torch
-    import torch.distributed as dist
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cuda = args.device == "cuda"
-    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(dev)
-        dist.init_process_group(args.backend, rank=rank, world_size=world, device_id=dev)
-    else:
-        dist.init_process_group(args.backend, rank=rank, world_size=world)
-    timed = _timer(torch, cuda)
-    size_list = [int(s) for s in args.sizes.split(",")]
-    colls = [c for c in args.colls.split(",") if c]
-    keys: list[tuple[str, int]] = []
-    per_op: list[list[float]] = []
-    for coll in colls:
-        for nbytes in size_list:
-            fn = _op(dist, coll, nbytes, world, dev, torch)
-            est = max(timed(fn, max(1, args.warmup)) / max(1, args.warmup), 1e-6)
-            # enough ops per repeat that one lasts ~5 ms: launch jitter stays small next to it
-            iters = torch.tensor([min(500, max(2, int(0.005 / est)))], device=dev)
-            dist.all_reduce(iters, op=dist.ReduceOp.MAX)  # every rank must run the same count
-            n = int(iters.item())
-            times = []
-            for _ in range(args.repeats):
-                dist.barrier()
-                times.append(timed(fn, n) / n)
-            keys.append((coll, nbytes))
-            per_op.append(times)
-            del fn
-    mat = torch.tensor(per_op, dtype=torch.float64, device=dev)
-    dist.all_reduce(mat, op=dist.ReduceOp.MAX)  # the slowest rank is the collective's time
-    if rank == 0:
-        res: dict[str, dict[str, list[float]]] = {}
-        for i, (coll, nbytes) in enumerate(keys):
-            res.setdefault(coll, {})[str(nbytes)] = mat[i].tolist()
-        with open(args.out, "w") as f:
-            json.dump({"seconds_per_op": res, "torch": torch.__version__,
-                       "nccl": _nccl_version(torch) if cuda else None,
-                       "gpu": torch.cuda.get_device_name(dev) if cuda else None}, f)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
 
 
 def gpuperf_exports(nproc: int, root: str | None = None, repo: str | None = None) -> tuple[dict[str, str], dict]:
@@ -304,11 +275,6 @@ def gpuperf_exports(nproc: int, root: str | None = None, repo: str | None = None
     return {n: v for n, v in answer.get("exports", []) if not n.startswith("GPUPERF_")}, answer
 
 
-def _nccl_version(torch: Any) -> str:
-    v = torch.cuda.nccl.version()
-    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)  # older torch: one int, 2xxyy
-
-
 def versions() -> dict[str, Any]:
     """torch / NCCL / GPU names where torch is importable (for the result's header)."""
     try:
@@ -317,25 +283,6 @@ def versions() -> dict[str, Any]:
         return {"torch": None}
     out: dict[str, Any] = {"torch": torch.__version__}
     if torch.cuda.is_available():
-        out["nccl"] = _nccl_version(torch)
+        out["nccl"] = ncclworker.nccl_version(torch)
         out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Worker entry (``--worker``); the launcher is used from benchmarks/nccl_env.py and gpuperf tune."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--worker", action="store_true")
-    ap.add_argument("--backend", default="nccl")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--sizes", required=True)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--colls", default="allreduce")
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    return _worker(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
