@@ -92,12 +92,14 @@ def test_node_summaries_reach_the_fingerprints_through_the_controller_service(sl
     cfg = c.gpuperf_config()
     store = Path(cfg.get("fleet", {}).get("store") or Path(cfg["general"]["state_dir"]) / "fleet.sqlite")
 
-    def jobs_on_node() -> dict[int, int]:
+    def jobs_on_node() -> dict[tuple[int, str], int]:
+        # by board: an earlier test's daemon (another recording, other UUIDs) may have left GPU 0 of this
+        # node with another board's count, which this summary's board then replaces (starting fresh)
         if not store.exists():
             return {}
         st = FleetStore(store, readonly=True)
         try:
-            return {r["idx"]: r["jobs_total"] for r in st.gpus(node)}
+            return {(r["idx"], r["uuid"]): r["jobs_total"] for r in st.gpus(node)}
         finally:
             st.close()
 
@@ -107,15 +109,16 @@ def test_node_summaries_reach_the_fingerprints_through_the_controller_service(sl
         _wait_running(c, job)
         s = _node_summary(job, node)
         assert [e["gpu"] for e in s["fleet"]] == [0, 1] and s["fleet"][0]["load"]["busy_s"] >= 0
+        boards = {e["gpu"]: (e["gpu"], e.get("uuid") or "") for e in s["fleet"]}
         sent = _send(c, node, s)
         assert sent.returncode == 0, sent.stdout + sent.stderr
         assert c.wait(job) == "COMPLETED"
         assert _queue_state(c, job) == "done"
         end = time.time() + 15     # the service folds on its tick; the merge may finish first
-        while time.time() < end and any(jobs_on_node().get(g, 0) <= before.get(g, 0) for g in (0, 1)):
+        while time.time() < end and any(jobs_on_node().get(b, 0) <= before.get(b, 0) for b in boards.values()):
             time.sleep(0.2)
     after = jobs_on_node()
-    assert {g: after[g] - before.get(g, 0) for g in (0, 1)} == {0: 1, 1: 1}, (before, after)
+    assert {g: after.get(b, 0) - before.get(b, 0) for g, b in boards.items()} == {0: 1, 1: 1}, (before, after)
     p = c.run("gpuperf", "fleet", "--json", "--limit", "0")
     assert p.returncode == 0, p.stderr
     listed = {(g["node"], g["gpu"]) for g in json.loads(p.stdout)["gpus"]}
