@@ -57,12 +57,42 @@ def headline(summary: dict) -> list[tuple[str, str]]:
 
 
 def compressed(summary: dict) -> bytes:
-    """The summary as the ``z=`` payload carries it before base32: sorted compact JSON, zlib level 9."""
-    return zlib.compress(json.dumps(summary, separators=(",", ":"), sort_keys=True).encode(), 9)
+    """The summary as the ``z=`` payload carries it before base32: compact JSON, zlib level 9."""
+    return zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 9)
+
+
+_B32 = b"abcdefghijklmnopqrstuvwxyz234567"
+_ALPHA = bytes.maketrans(bytes(range(32)), _B32)
+# for each of the 8 characters of a 5-byte group: (byte index, table of that byte's share) pairs; a share
+# is a few bits already shifted into place, so adding two shares never carries into the next byte
+_SHARES = [[(0, lambda b: b >> 3)], [(0, lambda b: (b & 7) << 2), (1, lambda b: b >> 6)], [(1, lambda b: (b >> 1) & 31)],
+           [(1, lambda b: (b & 1) << 4), (2, lambda b: b >> 4)], [(2, lambda b: (b & 15) << 1), (3, lambda b: b >> 7)],
+           [(3, lambda b: (b >> 2) & 31)], [(3, lambda b: (b & 3) << 3), (4, lambda b: b >> 5)], [(4, lambda b: b & 31)]]
+_TABLES = [[(i, bytes(f(b) for b in range(256))) for i, f in char] for char in _SHARES]
+
+
+def b32_lower(data: bytes) -> str:
+    """``base64.b32encode(data)`` lowercased without its ``=`` padding, computed a whole byte plane at a
+    time (bytes.translate, big-int adds): the standard library's loop per 5 bytes cost the controller
+    ~0.3 ms per AdminComment. Equal to the standard library's on every length (tests/unit/test_admincomment.py)."""
+    n = len(data)
+    groups = -(-n // 5)
+    padded = data + bytes(groups * 5 - n)
+    planes = [padded[i::5] for i in range(5)]
+    out = bytearray(groups * 8)
+    for k, shares in enumerate(_TABLES):
+        if len(shares) == 1:
+            plane = planes[shares[0][0]].translate(shares[0][1])
+        else:
+            (i, t), (j, u) = shares
+            plane = (int.from_bytes(planes[i].translate(t), "big")
+                     + int.from_bytes(planes[j].translate(u), "big")).to_bytes(groups, "big")
+        out[k::8] = plane.translate(_ALPHA)
+    return out[:-(-n * 8 // 5)].decode("ascii")
 
 
 def _pack(summary: dict, raw: bytes | None = None) -> str:
-    return base64.b32encode(raw if raw is not None else compressed(summary)).decode("ascii").rstrip("=").lower()
+    return b32_lower(raw if raw is not None else compressed(summary))
 
 
 def _slim(summary: dict, level: int) -> dict:

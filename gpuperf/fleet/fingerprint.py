@@ -9,6 +9,7 @@ one bucket to another, so the model's median and spread (``model_stats``) never 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -52,6 +53,12 @@ CREATE TABLE IF NOT EXISTS sketch (
   model TEXT NOT NULL, metric TEXT NOT NULL, bucket INTEGER NOT NULL, n INTEGER NOT NULL,
   PRIMARY KEY (model, metric, bucket));
 """
+
+
+@functools.lru_cache(maxsize=64)
+def _update_sql(cols: tuple[str, ...]) -> str:
+    """The UPDATE of one GPU's row for these columns (the same few sets of columns recur every job)."""
+    return f"UPDATE gpus SET {', '.join(f'{k}=?' for k in cols)} WHERE node=? AND idx=? AND uuid=?"
 
 
 def default_path(cfg: Any) -> str:
@@ -172,7 +179,11 @@ class FleetStore:
         try:
             for node, entries, t in todo:
                 # the node's rows in one query, not one per GPU
-                have = {(r["idx"], r["uuid"]): dict(r) for r in self.db.execute("SELECT * FROM gpus WHERE node=?", (node,))}
+                cur = self.db.cursor()
+                cur.row_factory = None  # plain tuples: sqlite3.Row -> dict costs more than the query
+                cur.execute("SELECT * FROM gpus WHERE node=?", (node,))
+                cols = [d[0] for d in cur.description]
+                have = {(r["idx"], r["uuid"]): r for r in (dict(zip(cols, t)) for t in cur)}
                 for g in entries:
                     pr = g.get("probe") if isinstance(g.get("probe"), dict) else None
                     codes = [int(x) for x in g.get("xids") or [] if isinstance(x, (int, float))]
@@ -242,8 +253,7 @@ class FleetStore:
             sets["xids"] = int(row.get("xids") or 0) + max(xid_count, len(xids))
             last = json.loads(row.get("xid_last") or "[]") + xids   # the last few codes, for the evidence
             sets["xid_last"] = json.dumps(last[-5:])
-        self.db.execute(f"UPDATE gpus SET {', '.join(f'{k}=?' for k in sets)} WHERE node=? AND idx=? AND uuid=?",
-                        (*sets.values(), node, idx, uuid))
+        self.db.execute(_update_sql(tuple(sets)), (*sets.values(), node, idx, uuid))
         after = derive(row)
         for m in METRICS:
             self._move(model, m, before[m], after[m])

@@ -87,3 +87,11 @@ def test_a_long_injected_env_drops_its_reasons_first_to_stay_within_4_kib():
     assert len(text.encode()) <= 4096
     assert d["truncated"][0] == "env.reasons" and d["env"]["n1"]["vars"]["VAR_7"] == "v7"
     assert d["gpus"] == s["gpus"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=5000))
+def test_fast_base32_is_the_standard_librarys_lowercased_without_padding(data):
+    import base64
+
+    assert admincomment.b32_lower(data) == base64.b32encode(data).decode("ascii").rstrip("=").lower()
