@@ -17,7 +17,6 @@ import argparse
 import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 import promserver  # noqa: E402
+from report_render import median_s  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
 
 from gpuperf import series, summary  # noqa: E402
@@ -74,15 +74,6 @@ def store_with_jobs(path: Path, jobs: list[tuple[int, list[str], float, float]])
                 st.put_node_summary(ns, 0, series=series.pack(series.compact(cols)))
                 parts[node] = ns
             st.put_job(merge.merge_job(parts, nodes, {"job_id": job_id, "user": "bench", "uid": 0}, end))
-
-
-def _median_s(fn, repeat: int) -> float:
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
 
 
 def main() -> int:
@@ -133,12 +124,12 @@ def main() -> int:
                 s = sums[job_id]
                 got = promseries.job_series(prom.url, s, 500, "instance", SCRAPE_S, 30.0)
                 points = max(len(v["t"]) for v in got.values())
-                q = _median_s(lambda: promseries.job_series(prom.url, s, 500, "instance", SCRAPE_S, 30.0), args.repeat)
+                q = median_s(lambda: promseries.job_series(prom.url, s, 500, "instance", SCRAPE_S, 30.0), args.repeat)
                 cmd = [GPUPERF, "report", str(job_id)]
-                whole = _median_s(lambda: subprocess.run(cmd, env=env, capture_output=True, check=True), max(args.repeat // 2, 1))
+                whole = median_s(lambda: subprocess.run(cmd, env=env, capture_output=True, check=True), max(args.repeat // 2, 1))
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
                 assert "series from Prometheus" in out, out[-300:]
-                store = _median_s(lambda: subprocess.run(cmd + ["--series-source", "controller"], env=env, capture_output=True,
+                store = median_s(lambda: subprocess.run(cmd + ["--series-source", "controller"], env=env, capture_output=True,
                                                          check=True), max(args.repeat // 2, 1))
                 rows.append((label, len(ns) * GPUS, len(got), points, q * 1e3, whole * 1e3, store * 1e3))
                 print(f"job {label:>4}, {len(ns) * GPUS:3d} GPUs: {len(got)} lines x {points} points; query {q * 1e3:7.1f} ms; "

@@ -59,7 +59,8 @@ def seven_day_job(paths: list[str], gpus: int = 8, job_id: int = 4242) -> tuple[
     return summary.node_summary(agg.to_dict(), ctx), series
 
 
-def _median(fn, repeat: int) -> float:
+def median_s(fn, repeat: int) -> float:
+    """The median wall seconds of ``repeat`` calls of ``fn``."""
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -83,7 +84,7 @@ def main() -> int:
     points = len(series["0"]["t"])
     print(f"7-day 8-GPU job: {points} points per GPU and field ({STEP_S:.0f} s), built in {built:.1f} s; "
           f"class {s['diagnosis']['class']}, {s['job']['gpu_hours']:.0f} GPU-hours")
-    term = _median(lambda: terminal.render(s, width=120), a.repeat)
+    term = median_s(lambda: terminal.render(s, width=120), a.repeat)
     page_len = [0]
 
     def _html() -> None:
@@ -92,7 +93,7 @@ def main() -> int:
             f.write(page)
             page_len[0] = len(page)
 
-    htm = _median(_html, a.repeat)
+    htm = median_s(_html, a.repeat)
     print(f"terminal report render:      {term * 1000:7.1f} ms (median of {a.repeat})")
     print(f"--html render + write:       {htm * 1000:7.1f} ms (median of {a.repeat}; page {page_len[0] / 1e6:.1f} MB, "
           f"6 charts, 8 lines of 2000 points each)")
@@ -108,14 +109,14 @@ def main() -> int:
         def _cli() -> None:
             subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
 
-        cli = _median(_cli, a.repeat)
+        cli = median_s(_cli, a.repeat)
         print(f"gpuperf report (whole command, new process, from the controller store): {cli * 1000:7.1f} ms")
         out = Path(d) / "r.html"
 
         def _cli_html() -> None:
             subprocess.run(cmd + ["--html", str(out)], env=env, stderr=subprocess.DEVNULL, check=True)
 
-        cli_h = _median(_cli_html, a.repeat)
+        cli_h = median_s(_cli_html, a.repeat)
         print(f"gpuperf report --html (whole command; no daemon here, so no series: roofline only): {cli_h * 1000:7.1f} ms")
     return 0
 

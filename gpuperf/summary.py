@@ -358,15 +358,25 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     return s
 
 
+def _node_notes(parts: list[dict]) -> tuple[list[str], list[str]]:
+    """The nodes' own partial-data reasons and refused records, each prefixed with its node (a job's wording)."""
+    reasons: list[str] = []
+    ignored: list[str] = []
+    for s in parts:
+        node, q = ",".join(s.get("nodes", [])), s.get("quality") or {}
+        if q.get("partial"):
+            reasons += [f"{node}: {r}" for r in q.get("reasons", [])]
+        ignored += [f"{node}: {r}" for r in q.get("ignored") or []]
+    return reasons, ignored[:safeio.SHOWN * 2]
+
+
 def _single(part: dict, expected: list[str]) -> dict:
     """The job summary of a job whose one node reported: that node's, already diagnosed (with its series)."""
     out = {k: v for k, v in part.items() if k != "fleet"}
-    node = ",".join(part.get("nodes", []))
     q = dict(part.get("quality") or {})
-    # as merge words them: a node's own reasons and refused records are prefixed with the node
-    q["reasons"] = [f"{node}: {r}" for r in q.get("reasons", [])] if q.get("partial") else []
-    if q.get("ignored"):
-        q["ignored"] = [f"{node}: {r}" for r in q["ignored"]][:safeio.SHOWN * 2]
+    q["reasons"], ignored = _node_notes([part])
+    if ignored:
+        q["ignored"] = ignored
     else:
         q.pop("ignored", None)
     q["partial"] = bool(q["reasons"])
@@ -390,11 +400,7 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
     starts = [s["start"] for s in parts if s.get("start") is not None]
     ends = [s["end"] for s in parts if s.get("end") is not None]
     first = parts[0] if parts else {}
-    reasons: list[str] = []
-    for s in parts:
-        q = s.get("quality") or {}
-        if q.get("partial"):
-            reasons += [f"{','.join(s.get('nodes', []))}: {r}" for r in q.get("reasons", [])]
+    reasons, ignored = _node_notes(parts)
     if missing:
         reasons.append(f"no summary from {', '.join(missing)}")
     start, end = (min(starts) if starts else None), (max(ends) if ends else None)
@@ -414,8 +420,7 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
                     "partial": bool(missing or reasons or not parts), "reasons": reasons or ([] if parts else ["no node summaries"]),
                     "nodes_expected": expected, "nodes_missing": missing},
     }
-    ignored = [f"{','.join(s.get('nodes', []))}: {r}" for s in parts for r in (s.get("quality") or {}).get("ignored") or []]
     if ignored:
-        out["quality"]["ignored"] = ignored[:safeio.SHOWN * 2]
+        out["quality"]["ignored"] = ignored
     out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds).to_dict()
     return out
