@@ -6,7 +6,7 @@
 A real service process (``tests/unit/controller_stub.py``: the service with the AdminComment write
 stubbed at ``--call-latency`` seconds per sacctmgr call plus ``--latency`` seconds per job line, the
 shape benchmarks/sacctmgr_batch_cost.py measures on the real test cluster; failing while a flag file exists) receives what a cluster of
-``--nodes`` 8-GPU nodes sends: job ends at ``--rate`` per second (notice files in the spool, as
+``--nodes`` 8-GPU nodes sends: job ends at ``--rate`` per second (notice files in the spool and the job's directory with its hook record, as
 gpuperf-epilog-slurmctld leaves them), plus ``--burst`` job ends at once a third of the way in; for
 each job its nodes' summaries (1 node for 70 % of jobs, 2, 4 or 8 for the rest; each with the
 bounded per-GPU series, ``--points`` per metric, and the fleet figures a node sends), munge-authenticated, from 48 sender threads with
@@ -78,8 +78,8 @@ def template(points: int) -> dict:
 class Sim:
     """The load generator and what it measured."""
 
-    def __init__(self, args, cfg_path: Path, spool: Path, tmpl: dict):
-        self.args, self.spool = args, spool
+    def __init__(self, args, cfg_path: Path, spool: Path, tmpl: dict, run_dir: Path):
+        self.args, self.spool, self.run_dir = args, spool, run_dir
         self.tmpl = {k: v for k, v in tmpl.items() if k != "series"}
         # the series frame as a node packs it (transport.pack), opaque to the collector: one copy serves all
         self.series = series_mod.pack(tmpl["series"])
@@ -98,6 +98,12 @@ class Sim:
         t.write_text(f"job_id={job_id}\nnodelist={','.join(nodes)}\nuser=u{job_id % 50}\nuid={1000 + job_id % 50}\n"
                      "exit_code=0\nend\n")
         os.rename(t, self.spool / f"{job_id}.ended")
+        # and, as packaging/bin/gpuperf-epilog-slurmctld does in slurmctld's process, the job's directory
+        # with its hook record (the service's merge record goes beside it)
+        d = self.run_dir / "jobs" / str(job_id)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "epilog-slurmctld.json").write_text(json.dumps({"context": {"hook": "epilog-slurmctld", "job_id": job_id},
+                                                             "steps": {"notify": {"ok": True}}}) + "\n")
 
     def body(self, job_id: int, node: str, end: float) -> bytes:
         s = dict(self.tmpl, job_id=job_id, nodes=[node], start=end - 3600.0, end=end)
@@ -177,6 +183,8 @@ def main() -> int:
     args = ap.parse_args()
     random.seed(14)
     tmp = Path(tempfile.mkdtemp(prefix="gp-ctrl-load-"))
+    # run_dir on tmpfs, as /run/gpuperf is on every systemd host (the store stays on disk, as /var/lib)
+    run_dir = Path(tempfile.mkdtemp(prefix="gp-ctrl-load-run-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     if not args.port:
         import socket
 
@@ -186,7 +194,7 @@ def main() -> int:
     spool = tmp / "state" / "ended"
     spool.mkdir(parents=True)
     cfg_path = tmp / "gpuperf.toml"
-    cfg_path.write_text(f'[general]\nstate_dir = "{tmp}/state"\nrun_dir = "{tmp}/run"\nlog_file = "{tmp}/gpuperf.log"\n'
+    cfg_path.write_text(f'[general]\nstate_dir = "{tmp}/state"\nrun_dir = "{run_dir}"\nlog_file = "{tmp}/gpuperf.log"\n'
                         f'[controller]\nport = {args.port}\nbind = "127.0.0.1"\naddress = "127.0.0.1:{args.port}"\n'
                         f'writers = {args.writers}\nmerge_wait_s = 30.0\nadmin_comment_wait_s = 21600.0\nretry_max_s = 10.0\n')
     flag = tmp / "db-down"
@@ -205,7 +213,7 @@ def main() -> int:
     tmpl = template(args.points)
     if args.no_fleet:
         tmpl.pop("fleet", None)
-    sim = Sim(args, cfg_path, spool, tmpl)
+    sim = Sim(args, cfg_path, spool, tmpl, run_dir)
     threads = [threading.Thread(target=sim.sender, daemon=True) for _ in range(SENDERS)]
     for t in threads:
         t.start()
@@ -293,7 +301,7 @@ def main() -> int:
     print(json.dumps(figures, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
-    subprocess.run(["rm", "-rf", str(tmp)])
+    subprocess.run(["rm", "-rf", str(tmp), str(run_dir)])
     return 0 if figures["lost"] == 0 and figures["duplicated"] == 0 else 1
 
 

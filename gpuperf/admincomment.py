@@ -16,6 +16,8 @@ import json
 import zlib
 from typing import Any
 
+from gpuperf import jsoncodec
+
 PREFIX = "gpuperf:v1"
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
 NODE_BUDGET_BYTES = 4096         # per node: one 8-GPU node's full summary fits (benchmarks/report_sizes.py)
@@ -58,7 +60,7 @@ def headline(summary: dict) -> list[tuple[str, str]]:
 
 def compressed(summary: dict) -> bytes:
     """The summary as the ``z=`` payload carries it before base32: compact JSON, zlib level 9."""
-    return zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 9)
+    return zlib.compress(jsoncodec.dumps(summary), 9)
 
 
 _B32 = b"abcdefghijklmnopqrstuvwxyz234567"
@@ -176,7 +178,7 @@ def decode(text: str) -> dict:
     payload += "=" * (-len(payload) % 8)
     try:
         raw = zlib.decompress(base64.b32decode(payload))
-        summary = json.loads(raw)
+        summary = jsoncodec.loads(raw)
     except (ValueError, zlib.error) as e:
         raise AdminCommentError(f"AdminComment payload is damaged ({len(payload)} chars): {e}") from None
     if not isinstance(summary, dict):

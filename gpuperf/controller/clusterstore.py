@@ -10,7 +10,6 @@ through ``gpuperf report`` (sacct) instead. A store of a newer layout (``PRAGMA 
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
@@ -18,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuperf import series as series_mod, statefiles
+from gpuperf import jsoncodec, series as series_mod, statefiles
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_summaries (
@@ -46,11 +45,11 @@ def default_path(cfg) -> str:
 
 
 def _pack(summary: dict) -> bytes:
-    return zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 6)
+    return zlib.compress(jsoncodec.dumps(summary), 6)
 
 
 def _unpack(blob: bytes) -> dict:
-    return json.loads(zlib.decompress(blob))
+    return jsoncodec.loads(zlib.decompress(blob))
 
 
 class ClusterStore:

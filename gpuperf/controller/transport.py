@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from gpuperf import log, series as series_mod
+from gpuperf import jsoncodec, log, series as series_mod
 from gpuperf.controller import libmunge
 
 KIND = b"gpuperf.node-summary.v1"
@@ -147,7 +147,7 @@ def unpack_message(frames: list[bytes], allowed: set[int], socket: str = "") -> 
     if digest != _digest(body, series):
         raise AuthError("body does not match the credential's digest (tampered or swapped)")
     try:
-        summary = json.loads(zlib.decompress(body))
+        summary = jsoncodec.loads(zlib.decompress(body))
     except (zlib.error, ValueError) as e:
         raise ValueError(f"body is not a compressed summary: {e}") from None
     if not isinstance(summary, dict):

@@ -27,7 +27,7 @@ SCRIPTS = REPO / "packaging" / "bin"
 
 # never on a hook's common case: imported there, each costs a fresh process milliseconds
 HEAVY = (
-    "zmq", "psutil", "rich", "plotly", "pynvml", "prometheus_client", "sqlite3",  # the daemon's, the reports'
+    "zmq", "psutil", "rich", "plotly", "pynvml", "prometheus_client", "sqlite3", "orjson",  # the daemon's, the reports', the controller's
     "gpuperf.checks", "gpuperf.env.policy", "gpuperf.env.rules", "gpuperf.env.tuning", "gpuperf.env.ncclbench",
     "gpuperf.affinity", "gpuperf.topology", "gpuperf.samplers", "gpuperf.controller", "gpuperf.prolog.envplan", "gpuperf.prolog.affinityplan",
     "gpuperf.prolog.health", "gpuperf.diagnosis", "gpuperf.slurm",  # checks, policies, discovery
