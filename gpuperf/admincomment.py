@@ -59,8 +59,9 @@ def headline(summary: dict) -> list[tuple[str, str]]:
 
 
 def compressed(summary: dict) -> bytes:
-    """The summary as the ``z=`` payload carries it before base32: compact JSON, zlib level 9."""
-    return zlib.compress(jsoncodec.dumps(summary), 9)
+    """The summary as the ``z=`` payload carries it before base32: compact JSON, zlib level 6 (level 9
+    made an 8-GPU summary 0.7 % smaller for twice the controller's CPU per job)."""
+    return zlib.compress(jsoncodec.dumps(summary), 6)
 
 
 _B32 = b"abcdefghijklmnopqrstuvwxyz234567"

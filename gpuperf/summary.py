@@ -225,6 +225,12 @@ def host_summary(host: dict | None) -> dict[str, Any]:
 
 def estimates(gpus: list[dict]) -> dict[str, Any]:
     """Throughput and roofline estimates from activity × the model's dense peak at the clock run (labelled)."""
+    return _estimates(gpus)[0]
+
+
+def _estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``estimates`` and the ``roofline.job_estimate`` it came from (None: no single known model), which
+    the diagnosis reuses rather than computing it again over every GPU."""
     names = sorted({g.get("name") or "" for g in gpus})
     spec = gpuspecs.lookup(names[0]) if len(names) == 1 else None
     out: dict[str, Any] = {"label": roofline.LABEL}
@@ -237,7 +243,7 @@ def estimates(gpus: list[dict]) -> dict[str, Any]:
         else:
             out["note"] = (f"GPU model {names[0]} not in gpuperf's table" if names[0]
                            else "GPU model not reported by the sampler")
-        return out
+        return out, None
     est = roofline.job_estimate(gpus, spec)
     out.update(model=spec.model, source=spec.source, peak_tensor_tflops=spec.tensor_bf16_tflops,
                peak_fp32_tflops=spec.fp32_tflops, peak_mem_bw_gbps=spec.mem_bw_gbps, fp8=spec.fp8,
@@ -256,7 +262,7 @@ def estimates(gpus: list[dict]) -> dict[str, Any]:
         out["roofline_side"] = "memory" if intensity < out["ridge_flop_per_byte"] else "compute"
         out["attainable_tflops"] = _r(attainable)
         out["roofline_pct"] = _r(100.0 * tflops / attainable) if attainable > 0 else None
-    return out
+    return out, est
 
 
 def _quality(aggs: dict, gpus: list[dict]) -> dict[str, Any]:
@@ -345,16 +351,17 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         "hosts": {node: host_summary(aggregates.get("host"))},
         "env": {node: env} if env is not None else {},
         "affinity": {node: affinity} if affinity is not None else {},
-        "estimates": estimates(gpus),
+        "estimates": None,
         "quality": _quality(aggregates, gpus),
     }
+    s["estimates"], roof = _estimates(gpus)
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     if ignored.reasons:
         s["quality"]["ignored"] = ignored.shown()
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
     series = context.get("series") if isinstance(context.get("series"), dict) else None
-    s["diagnosis"] = diagnosis.diagnose(s, series, thresholds=context.get("thresholds")).to_dict()
+    s["diagnosis"] = diagnosis.diagnose(s, series, thresholds=context.get("thresholds"), roof=roof).to_dict()
     return s
 
 
@@ -413,7 +420,7 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
         "hosts": {k: v for s in parts for k, v in (s.get("hosts") or {}).items()},
         "env": {k: v for s in parts for k, v in (s.get("env") or {}).items()},
         "affinity": {k: v for s in parts for k, v in (s.get("affinity") or {}).items()},
-        "estimates": estimates(gpus),
+        "estimates": None,
         "quality": {"samples": sum((s.get("quality") or {}).get("samples", 0) for s in parts),
                     "gaps": sum((s.get("quality") or {}).get("gaps", 0) for s in parts),
                     "gap_s": _r(sum((s.get("quality") or {}).get("gap_s", 0.0) for s in parts)),
@@ -422,5 +429,6 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
     }
     if ignored:
         out["quality"]["ignored"] = ignored
-    out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds).to_dict()
+    out["estimates"], roof = _estimates(gpus)
+    out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds, roof=roof).to_dict()
     return out

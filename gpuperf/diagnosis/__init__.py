@@ -44,8 +44,12 @@ class Diagnosis:
         return d
 
 
-def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None = None) -> Diagnosis:
-    """The primary class of a job from its summary (and optional per-GPU series), with evidence."""
+def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None = None,
+             roof: dict[str, Any] | None = None) -> Diagnosis:
+    """The primary class of a job from its summary (and optional per-GPU series), with evidence.
+
+    ``roof``: ``roofline.job_estimate`` of all the summary's GPUs when the caller has it (the summary's
+    estimates did), so a merge over every GPU of a multi-node job does not compute it twice."""
     th = resolve_thresholds(thresholds)
     gpus = [g for g in summary.get("gpus") or [] if isinstance(g, dict)]
     unused, used = _unused(gpus, th)
@@ -59,7 +63,7 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         d.findings = advice.findings(s, th)
         d.evidence += [f["text"] for f in d.findings]
         if spec is not None and s.profiled:
-            d.roofline = _round(roofline.job_estimate([g for g in (used or gpus)], spec))
+            d.roofline = _round(roof if roof is not None and not unused else roofline.job_estimate(used or gpus, spec))
             d.roofline["model"] = spec.model
             line = _roof_line(cls, d.roofline, spec)
             if line:

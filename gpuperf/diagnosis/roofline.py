@@ -20,16 +20,15 @@ LABEL = (f"estimate: pipe activity x the model's dense peak at the clock the GPU
          "on workloads that measured their own rate (FP8 math: up to 2x the tensor figure)")
 
 
-def _clock_scale(g: dict, peak_mhz: float | None) -> float:
-    clk = num(g.get("sm_clock_mhz"))
-    return clk / peak_mhz if clk and peak_mhz else 1.0
-
-
 def gpu_estimate(g: dict, spec: gpuspecs.GpuSpec) -> dict[str, float | None]:
     """One GPU's estimated TFLOP/s (tensor, FP32, FP64, the busiest) and DRAM GB/s."""
+    clk = num(g.get("sm_clock_mhz"))
+
     def pipe(key: str, peak: float, mhz: float | None) -> float | None:
         v = num(g.get(key))
-        return v / 100.0 * peak * _clock_scale(g, mhz) if v is not None else None
+        if v is None:
+            return None
+        return v / 100.0 * peak * (clk / mhz if clk and mhz else 1.0)
 
     tensor = pipe("tensor_active_pct", spec.tensor_bf16_tflops, spec.tensor_mhz)
     fp32 = pipe("fp32_active_pct", spec.fp32_tflops, spec.fp_mhz)
@@ -52,20 +51,17 @@ def _mean(vals: list[float | None], weights: list[float]) -> float | None:
 def job_estimate(gpus: list[dict], spec: gpuspecs.GpuSpec) -> dict[str, Any]:
     """The job's estimates: per-GPU means (weighted by seconds), the job total, distance to the roof."""
     per = [gpu_estimate(g, spec) for g in gpus]
+    # the weights once: the controller runs this over every GPU of a multi-node job
     w = [num(g.get("seconds")) or 0.0 for g in gpus]
     out: dict[str, Any] = {k: _mean([p[k] for p in per], w) for k in ("tensor_tflops", "fp32_tflops", "fp64_tflops",
                                                                      "tflops", "dram_gbps")}
     t = out["tflops"]
     out["tflops_job"] = sum(p["tflops"] for p in per if p["tflops"] is not None) if t is not None else None
     # distance to the roof: the busiest math pipe as a share of its own peak, and of the tensor peak
-    pipes = [num(_wmean_key(gpus, k)) for k in ("tensor_active_pct", "fp32_active_pct", "fp64_active_pct")]
+    pipes = [_mean([num(g.get(k)) for g in gpus], w) for k in ("tensor_active_pct", "fp32_active_pct", "fp64_active_pct")]
     known = [p for p in pipes if p is not None]
     out["compute_roof_pct"] = max(known) if known else None
     out["tensor_peak_pct"] = 100.0 * t / spec.tensor_bf16_tflops if t is not None else None
-    out["dram_roof_pct"] = num(_wmean_key(gpus, "dram_active_pct"))
+    out["dram_roof_pct"] = _mean([num(g.get("dram_active_pct")) for g in gpus], w)
     out["clock_scaled"] = spec.tensor_mhz is not None and any(num(g.get("sm_clock_mhz")) for g in gpus)
     return out
-
-
-def _wmean_key(gpus: list[dict], key: str) -> float | None:
-    return _mean([num(g.get(key)) for g in gpus], [num(g.get("seconds")) or 0.0 for g in gpus])

@@ -40,6 +40,8 @@ SUMS = (("jobs", "busy_s", "clock_ws", "clock_w", "free_ws", "free_w", "power_ws
 METRICS = ("clock_mhz", "clock_all_mhz", "power_w", "temp_c", "slowdown_pct", "nvlink_gbs", "pcie_gbs",
            "nvlink_errors", "ecc_corrected") + PROBE_FIELDS
 
+_NO_FIGURES: dict[str, float | None] = dict.fromkeys(METRICS)   # a GPU's figures before its first job (read only)
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS gpus (
   node TEXT NOT NULL, idx INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
@@ -235,8 +237,8 @@ class FleetStore:
                                    | {"node": node, "idx": idx, "uuid": uuid, "model": model, "first_t": t,
                                       "jobs_total": 0, "probe_t": None, "xids": 0, "xid_last": None})
         else:
-            row = dict(old)
-        before = derive(row) if old is not None else {m: None for m in METRICS}
+            row = old   # the caller's own copy of the row, read for this fold: updated in place
+        before = derive(row) if old is not None else _NO_FIGURES
         sets: dict[str, Any] = {"last_t": t}
         if add is not None:
             for c in SUMS:
@@ -256,7 +258,9 @@ class FleetStore:
         self.db.execute(_update_sql(tuple(sets)), (*sets.values(), node, idx, uuid))
         after = derive(row)
         for m in METRICS:
-            self._move(model, m, before[m], after[m])
+            b, a = before[m], after[m]
+            if b != a:   # most figures of a GPU stay put (probe, links, errors): no bucket to look up
+                self._move(model, m, b, a)
         row.update(sets)
         row["fig"] = after
         return row

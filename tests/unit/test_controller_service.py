@@ -210,7 +210,9 @@ def test_a_summary_for_a_job_that_never_ended_is_kept_flagged_and_not_written(ru
 
 
 def test_kill_9_mid_burst_loses_nothing(munge, tmp_path):
-    cfg, path = _config(tmp_path, merge_wait_s=1.0, retry_max_s=0.3)
+    # the nodes' retries after the restart come one after another here (each waits out the collector's
+    # GATHER_S): the wait must cover them all, or the last jobs are merged partial before their summary comes
+    cfg, path = _config(tmp_path, merge_wait_s=5.0, retry_max_s=0.3)
     log = tmp_path / "writes.log"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
