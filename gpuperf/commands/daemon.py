@@ -27,11 +27,12 @@ def run(args: argparse.Namespace) -> int:
     log.setup(name, cfg.general.log_file, cfg.general.log_level, stderr=args.foreground or not cfg.general.log_file)
     _prepare_state_dir(cfg, log.get(name))
     if args.controller:
-        from gpuperf.controller.service import serve as controller_serve
+        from gpuperf.controller.service import serve as controller_serve, tune_gc
 
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        tune_gc()
         try:
             controller_serve(cfg, stop=stop)
         except OSError as e:  # its store (one of a newer gpuperf, unreadable), its port: say so, exit 2

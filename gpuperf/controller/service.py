@@ -17,6 +17,7 @@ restart the queue, the notices still in the spool and the nodes' own retries car
 
 from __future__ import annotations
 
+import gc
 import queue as queue_mod
 import signal
 import sqlite3
@@ -38,6 +39,7 @@ PARSED_KEEP = 2000      # node summaries kept parsed from the collector until th
 GPU_CHECK_EVERY_S = 10.0
 STATUS_EVERY_S = 60.0
 ORPHAN_SCAN_S = 1.0
+GC_THRESHOLD = 50_000  # net allocations between cyclic collections (default 700)
 
 
 class Service:
@@ -304,6 +306,14 @@ def serve(cfg, stop: threading.Event, on_ready: Callable[[str], None] | None = N
     return svc
 
 
+def tune_gc() -> None:
+    """The service process's cyclic garbage collector, paced for what it allocates (its ``main`` calls it)."""
+    # trees of parsed JSON, freed by reference counting: the default pace (a pass every 700 allocations)
+    # found nothing to free and cost ~1 % of a core at 50 job ends/s; cycles are still collected, less often
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, 50, 100)
+
+
 def main() -> int:
     """``python -m gpuperf.controller.service``: the service with the config's settings, until SIGTERM/SIGINT."""
     try:
@@ -315,6 +325,7 @@ def main() -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    tune_gc()
     serve(cfg, stop)
     return 0
 

@@ -36,6 +36,7 @@ def main() -> int:
     writer = FlagWriter(float(sys.argv[2]), per_job=True, log_path=sys.argv[3], call_s=call_s)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    service.tune_gc()  # as the service's main does
     svc = service.serve(cfg, stop, writer=writer)
     # CPU seconds per part of the service, for the benchmark (beside the writes log)
     with open(sys.argv[3] + ".cpu.json", "w") as f:
