@@ -95,6 +95,8 @@ def _env_rules(v: list) -> None:
 SCHEMA: dict[str, dict[str, Key]] = {
     "general": {
         "run_dir": Key(str, "/run/gpuperf", "per-job state of running jobs (tmpfs)"),
+        "job_dir_keep_days": Key(float, 7.0, "a job's run_dir records are removed this long after they last changed "
+                                 "(never while the job runs on the node)", validate=_positive),
         "state_dir": Key(str, "/var/lib/gpuperf", "durable state (SQLite stores)"),
         "state_group": Key(str, "", "group that may read the job stores (state_dir 0750, stores 0640); empty: root only (0700/0600)"),
         "log_file": Key(str, "/var/log/gpuperf/gpuperf.log", "log file; empty string: stderr only"),

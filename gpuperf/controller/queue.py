@@ -169,6 +169,16 @@ class JobQueue:
                 out.append((j, sorted(nodes.split(","))))
         return out
 
+    def over(self, job_ids: list[int]) -> set[int]:
+        """Those of ``job_ids`` the queue saw end and is done with (a final state)."""
+        out: set[int] = set()
+        marks = ",".join("?" * len(FINAL_STATES))
+        for i in range(0, len(job_ids), 500):
+            chunk = job_ids[i:i + 500]
+            q = f"SELECT job_id FROM ended WHERE state IN ({marks}) AND job_id IN ({','.join('?' * len(chunk))})"
+            out.update(j for (j,) in self.db.execute(q, (*FINAL_STATES, *chunk)))
+        return out
+
     def counts(self) -> dict[str, int]:
         """Jobs per state (for the service's log line and the benchmarks)."""
         return dict(self.db.execute("SELECT state, count(*) FROM ended GROUP BY state").fetchall())

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Callable
 
-from gpuperf import admincomment, config as config_mod, log
+from gpuperf import admincomment, config as config_mod, jobdirs, log
 from gpuperf.controller import accounting, clusterstore, merge, notices
 from gpuperf.controller.collector import Collector
 from gpuperf.controller.queue import JobQueue, batch_sizes
@@ -39,6 +39,8 @@ PARSED_KEEP = 2000      # node summaries kept parsed from the collector until th
 GPU_CHECK_EVERY_S = 10.0
 STATUS_EVERY_S = 60.0
 ORPHAN_SCAN_S = 1.0
+JOBDIRS_EVERY_S = 60.0   # run_dir records of jobs long over: looked for this often, at most JOBDIRS_MAX removed
+JOBDIRS_MAX = 5000
 GC_THRESHOLD = 50_000  # net allocations between cyclic collections (default 700)
 
 
@@ -66,6 +68,7 @@ class Service:
         self._gpu_check_after: dict[int, float] = {}
         self._fleet: FleetStore | None = None
         self.cpu_s: dict[str, float] = {}
+        self._jobdirs_at = 0.0
         self._orphan_mark = 0.0  # node summaries received before this were looked at for orphans
         # (job, node) -> the summary as the collector parsed it: a merge need not read and decode it again
         self._parsed: dict[tuple[int, str], dict] = {}
@@ -78,7 +81,7 @@ class Service:
         for name, step in (("notices", self._take_notices), ("fleet", self._take_arrived),
                            ("merge", lambda: self._merge_due(now)), ("orphans", lambda: self._orphans(now)),
                            ("results", lambda: self._take_results(now)), ("commit", self.store.db.commit),
-                           ("dispatch", lambda: self._dispatch(now))):
+                           ("dispatch", lambda: self._dispatch(now)), ("jobdirs", lambda: self._prune_job_dirs(now))):
             t0 = time.thread_time()
             step()
             # where the scheduler's CPU goes, for the status line and the benchmarks
@@ -213,6 +216,22 @@ class Service:
                 self._merge(e, parts, now, orphan=True)
                 self.log.warning("job %s: node summaries from %s but slurmctld never reported it ending",
                                  job_id, ",".join(nodes))
+
+    def _prune_job_dirs(self, now: float) -> None:
+        """The run_dir records (EpilogSlurmctld's, the merge's) of jobs this queue is done with, once
+        untouched for ``general.job_dir_keep_days`` (``gpuperf.jobdirs``); never a job it has not seen end."""
+        if now - self._jobdirs_at < JOBDIRS_EVERY_S:
+            return
+        self._jobdirs_at = now
+        g = self.cfg.general
+        try:
+            # directory times are the wall clock's, whatever clock the scheduler runs on
+            gone = jobdirs.prune(g.run_dir, time.time(), g.job_dir_keep_days, only=self.queue.over, limit=JOBDIRS_MAX)
+        except (OSError, sqlite3.Error) as e:
+            self.log.warning("job directories in %s not pruned: %s", g.run_dir, e)
+            return
+        if gone:
+            self.log.info("removed the run_dir records of %d jobs over for %.0f days", len(gone), g.job_dir_keep_days)
 
     def _take_results(self, now: float) -> None:
         c = self.cfg.controller

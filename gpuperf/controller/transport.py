@@ -34,6 +34,10 @@ class TransportError(Exception):
     """A node summary could not be sent (controller unreachable, munge failing)."""
 
 
+class Refused(TransportError):
+    """The controller answered and refused the summary: sending it again would not help."""
+
+
 class AuthError(Exception):
     """A message that is not from an authenticated root/SlurmUser sender, or was tampered with."""
 
@@ -185,7 +189,7 @@ def send_node_summary(cfg, summary: dict, timeout_s: float | None = None, attemp
             if sock.poll(int(timeout_s * 1000)):
                 reply = json.loads(sock.recv())
                 if not reply.get("ok"):
-                    raise TransportError(f"controller at {endpoint} refused the summary: {reply.get('error')}")
+                    raise Refused(f"controller at {endpoint} refused the summary: {reply.get('error')}")
                 return reply
             last = f"no reply from {endpoint} within {timeout_s:.1f} s"
         except zmq.ZMQError as e:

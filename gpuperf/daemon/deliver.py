@@ -31,7 +31,14 @@ def write_pending(state_dir: str, op: str, job: dict[str, Any], context: dict[st
 
 def read_pending(state_dir: str) -> list[tuple[Path, dict[str, Any]]]:
     """Pending markers, registrations first, oldest first; unreadable ones are moved aside, not lost."""
-    d = pending_dir(state_dir)
+    out = _read_entries(pending_dir(state_dir), "pending marker", lambda d: d.get("op") in ("register", "finalize")
+                        and isinstance(d.get("job"), dict))
+    out.sort(key=lambda x: x[1]["op"] != "register")   # stable: oldest first within each op
+    return out
+
+
+def _read_entries(d: Path, what: str, valid: Any) -> list[tuple[Path, dict[str, Any]]]:
+    """The JSON entries of a root-only directory, oldest first; one that is not ``valid`` is kept as .bad."""
     try:
         names = os.listdir(d)
     except OSError:
@@ -42,23 +49,43 @@ def read_pending(state_dir: str) -> list[tuple[Path, dict[str, Any]]]:
             continue
         p = d / name
         data = jobstate.read_json(p)
-        if not isinstance(data, dict) or data.get("op") not in ("register", "finalize") or not isinstance(data.get("job"), dict):
-            log.get("daemon").error("pending marker %s is unreadable; kept as %s.bad", p, p.name)
+        if not isinstance(data, dict) or not valid(data):
+            log.get("daemon").error("%s %s is unreadable; kept as %s.bad", what, p, p.name)
             try:
                 os.replace(p, p.with_suffix(".bad"))
             except OSError:
                 pass
             continue
         out.append((p, data))
-    out.sort(key=lambda x: (x[1]["op"] != "register", x[0].stat().st_mtime if x[0].exists() else 0))
+    out.sort(key=lambda x: x[0].stat().st_mtime if x[0].exists() else 0)
     return out
 
 
-def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send: bool = True) -> dict[str, Any]:
+def outbox_dir(state_dir: str) -> Path:
+    """Directory of finalised jobs the daemon has still to deliver (``<state_dir>/outbox``, root only)."""
+    return Path(state_dir) / "outbox"
+
+
+def write_outbox(state_dir: str, aggregates: dict[str, Any], context: dict[str, Any]) -> Path:
+    """Keep a finalised job for delivery on disk (root-only file) before anyone is told it is taken."""
+    path = outbox_dir(state_dir) / f"{int(aggregates['job_id'])}.json"
+    jobstate.write_json(path, {"aggregates": aggregates, "context": context}, mode=0o600)
+    return path
+
+
+def read_outbox(state_dir: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The jobs left to deliver, oldest first; an unreadable entry is moved aside (``.bad``), not lost."""
+    return _read_entries(outbox_dir(state_dir), "outbox entry",
+                         lambda d: isinstance(d.get("aggregates"), dict) and "job_id" in d["aggregates"])
+
+
+def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send: bool = True,
+            attempts: int = 3) -> dict[str, Any]:
     """Write the aggregates and the node summary into the job's dir and send the summary; never raises.
 
-    Returns what was done: {"aggregates": path|None, "summary": path|None, "sent": bool, "errors": [...]}."""
-    out: dict[str, Any] = {"aggregates": None, "summary": None, "sent": False, "errors": []}
+    Returns what was done: {"aggregates": path|None, "summary": path|None, "sent": bool, "errors": [...],
+    "retry": bool (sending failed in a way a later try may not)}."""
+    out: dict[str, Any] = {"aggregates": None, "summary": None, "sent": False, "errors": [], "retry": False}
     job_id = aggregates.get("job_id")
     d = jobstate.job_dir(cfg.general.run_dir, int(job_id))
     try:
@@ -90,14 +117,15 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
         return out
     if send:
         try:
-            from gpuperf.controller.transport import send_node_summary
+            from gpuperf.controller.transport import Refused, send_node_summary
 
-            send_node_summary(cfg, summary)
+            send_node_summary(cfg, summary, attempts=attempts)
             out["sent"] = True
         except ImportError as e:
             out["errors"].append(f"no transport: {e}")
-        except Exception as e:  # noqa: BLE001 - controller down: the summary stays on the node
+        except Exception as e:  # noqa: BLE001 - controller down: kept for a later try (the daemon's outbox)
             out["errors"].append(f"send: {type(e).__name__}: {e}")
+            out["retry"] = not isinstance(e, Refused)
     return out
 
 

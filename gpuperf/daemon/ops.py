@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any, Callable
 
+from gpuperf import series as series_mod
 from gpuperf.aggregates import JobAggregates
 from gpuperf.daemon import protocol
 from gpuperf.daemon.pub import sample_dict
@@ -109,11 +110,37 @@ class OpsMixin:
         return protocol.ok(**out)
 
     def op_finalize(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
-        """A job ended on this node (epilog): its aggregates, final."""
-        aggs = self.finalize(int(req.job["job_id"]), req.job.get("end"), bool(req.job.get("partial")))  # type: ignore[attr-defined]
+        """A job ended on this node (epilog): its aggregates, final; with ``deliver``, the daemon keeps
+        them in its outbox and writes and sends the node summary after replying (``Deliveries``)."""
+        job_id = int(req.job["job_id"])
+        rj = self.running.get(job_id)  # type: ignore[attr-defined]
+        reg = dict(rj.reg) if rj is not None else (self.store.job(job_id) or {})  # type: ignore[attr-defined]
+        aggs = self.finalize(job_id, req.job.get("end"), bool(req.job.get("partial")))  # type: ignore[attr-defined]
         if aggs is None:
             return protocol.error(f"job {req.job['job_id']} is not registered on this node")
-        return protocol.ok(aggregates=aggs, series=self._phase_series(aggs))
+        series = self._phase_series(aggs)
+        if not req.job.get("deliver"):
+            return protocol.ok(aggregates=aggs, series=series)
+        ctx: dict[str, Any] = {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
+                               "node": reg.get("node") or aggs.get("node"), "exit_code": req.job.get("exit_code")}
+        if series is not None:
+            ctx["series"] = series
+        ctx["controller_series"] = self._controller_series(aggs)
+        outbox = self.deliveries.put(aggs, ctx)  # type: ignore[attr-defined]
+        return protocol.ok(queued=True, outbox=str(outbox) if outbox is not None else None)
+
+    def _controller_series(self, aggs: dict[str, Any]) -> dict[str, Any] | None:
+        """The job's bounded per-GPU series for the controller (gpuperf.series.v1); None when off or on error."""
+        points = self.cfg.controller.series_points
+        try:
+            gpus = [int(g) for g in aggs.get("gpus") or {}]
+            start, end = float(aggs["start"]), float(aggs.get("end") or aggs.get("last_sample_t") or 0.0)
+            if points <= 0 or not gpus or end <= start:
+                return None
+            return series_mod.compact(self.store.series(gpus, start, end, points) or {}, points)  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001 - no series makes the report chartless on the controller, nothing worse
+            self.log.info("job %s: no series for the controller: %s", aggs.get("job_id"), e)  # type: ignore[attr-defined]
+            return None
 
     def _phase_series(self, aggs: dict[str, Any]) -> dict[str, Any] | None:
         """The job's series, coarse (diagnosis.phases.SERIES_POINTS points), for its phases; None on any error."""

@@ -93,6 +93,9 @@ def validate_job(op: str, job: Any) -> dict[str, Any]:
         out["end"] = _num(job, "end")
         out["partial"] = bool(job.get("partial", False))
         out["exit_code"] = _int(job, "exit_code", -(2**31), 2**31)
+        # the daemon writes and sends the node summary itself, after replying (the epilog: the job's
+        # COMPLETING waits for the finalisation only); without it the reply carries the aggregates
+        out["deliver"] = job.get("deliver") is True
     elif op == "series":
         out["max_points"] = _int(job, "max_points", 1, 100_000) or 500
     elif op == "prolog":

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import IO, Any, Callable
 
-from gpuperf import log
+from gpuperf import jobdirs, log
 from gpuperf.daemon import hostscan, xids
 from gpuperf.daemon.attribution import Attributor
 from gpuperf.daemon.channels import Channels, pub_endpoint  # noqa: F401 - part of this module's interface
@@ -46,6 +46,7 @@ from gpuperf.samplers.base import GpuSample, Sampler
 ROLLUP_EVERY_S = 60.0
 PRUNE_EVERY_S = 3600.0
 PENDING_EVERY_S = 10.0
+JOBDIRS_EVERY_S = 3600.0
 POLL_CAP_MS = 500                  # the loop looks at its stop flag at least this often
 
 
@@ -111,7 +112,9 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
             Chore("rollup", ROLLUP_EVERY_S, lambda t: self._in_store(self.store.rollup, t)),
             Chore("prune", PRUNE_EVERY_S, lambda t: self._in_store(self.store.prune, t)),
             Chore("pending", PENDING_EVERY_S, self.take_pending),
+            Chore("jobdirs", JOBDIRS_EVERY_S, lambda t: self.prune_job_dirs()),
         ])
+        self._pruner: threading.Thread | None = None
         self._threads: list[threading.Thread] = []
         self._lockfile: IO[str] | None = None
         self.channels: Channels | None = None
@@ -131,6 +134,9 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         self._in_store(self.store.add_event, self.clock(), None, "start",
                        {"pid": os.getpid(), "backend": getattr(self.sampler, "name", "?")})
         self.resume()
+        restored = self.deliveries.restore()   # before the pending markers: those add to the outbox
+        if restored:
+            self.log.info("%d finalised job(s) in the outbox from before: delivering", restored)
         self.take_pending()
         self.end_jobs_from_before_boot()
         self.channels = Channels(self.cfg, self.log, self.stats)
@@ -192,6 +198,27 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
                 self.log.warning("sweep took %.3f s (interval %.3f s): %d tick(s) skipped", took, self.interval_s, skipped)
 
     # small pieces the mixins share -------------------------------------------------------
+    def prune_job_dirs(self) -> None:
+        """Remove the run_dir records of jobs long over (``gpuperf.jobdirs``), never a registered job's; in a
+        thread of its own, so a record directory a job filled with files cannot stall sampling."""
+        if self._pruner is not None and self._pruner.is_alive():
+            return
+        keep = set(self.running)
+        cfg = self.cfg.general
+
+        def run() -> None:
+            try:
+                gone = jobdirs.prune(cfg.run_dir, time.time(), cfg.job_dir_keep_days, keep)
+            except OSError as e:
+                self.log.warning("job directories in %s not pruned: %s", cfg.run_dir, e)
+                return
+            if gone:
+                self.log.info("removed the run_dir records of %d jobs over for %.0f days (%s%s)", len(gone),
+                              cfg.job_dir_keep_days, ",".join(map(str, gone[:10])), " ..." if len(gone) > 10 else "")
+
+        self._pruner = threading.Thread(target=run, name="jobdirs", daemon=True)
+        self._pruner.start()
+
     def _in_store(self, fn: Callable[..., Any], *args: Any) -> None:
         """``fn(*args)`` in one store transaction."""
         self.store.begin()

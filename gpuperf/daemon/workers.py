@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import queue
 import threading
+import time
+from pathlib import Path
 from typing import Any, Callable
 
 from gpuperf.daemon import deliver as deliver_mod
@@ -30,34 +34,95 @@ def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -
     return run
 
 
+RETRY_FIRST_S = 5.0       # a job whose summary the controller did not take: tried again after this,
+RETRY_MAX_S = 300.0       # doubling up to this, for as long as its outbox entry is there
+OUTBOX_GIVE_UP_S = 7 * 86400.0
+
+
 class Deliveries:
-    """A queue of (aggregates, context) delivered by one thread, so a slow controller never holds a sweep."""
+    """Finalised jobs delivered by one thread (node summary written, sent to the controller), so neither a
+    sweep nor the job's epilog waits for a slow or absent controller. Each job is kept in the outbox
+    (``deliver.write_outbox``) until the controller took its summary, and tried again with backoff."""
 
     def __init__(self, cfg: Any, log: Any, send: bool):
         self.cfg, self.log, self.send = cfg, log, send
         self._q: queue.Queue = queue.Queue()
+        self._seq = itertools.count()
+        self.delivered = 0
 
     def thread(self) -> threading.Thread:
         """The delivering thread (not started)."""
         return threading.Thread(target=self._loop, name="deliver", daemon=True)
 
-    def put(self, aggs: dict[str, Any], context: dict[str, Any]) -> None:
-        """Deliver this job's aggregates soon."""
-        self._q.put((aggs, context))
+    def put(self, aggs: dict[str, Any], context: dict[str, Any], outbox: Path | None = None) -> Path | None:
+        """Deliver this job's aggregates soon; kept in the outbox first (``outbox``: already there). The
+        outbox entry, or None when it could not be written (then delivered from memory only)."""
+        if outbox is None:
+            try:
+                outbox = deliver_mod.write_outbox(self.cfg.general.state_dir, aggs, context)
+            except (OSError, TypeError, ValueError) as e:
+                self.log.error("job %s: not kept in the outbox (%s): delivered from memory only", aggs.get("job_id"), e)
+        self._q.put((aggs, context, outbox, 0))
+        return outbox
+
+    def restore(self) -> int:
+        """Queue what the outbox holds (jobs a previous run of the daemon had not delivered); how many."""
+        got = deliver_mod.read_outbox(self.cfg.general.state_dir)
+        for path, entry in got:
+            self._q.put((entry["aggregates"], entry.get("context") or {}, path, 0))
+        return len(got)
 
     def close(self) -> None:
-        """Let the thread finish what is queued and return."""
+        """Let the thread finish what is queued now and return (what waits for a retry stays in the outbox)."""
         self._q.put(None)
 
     def _loop(self) -> None:
+        later: list[tuple[float, int, tuple]] = []
         while True:
-            item = self._q.get()
+            wait = max(0.0, later[0][0] - time.monotonic()) if later else None
+            try:
+                item = self._q.get(timeout=wait)
+            except queue.Empty:
+                item = heapq.heappop(later)[2]
             if item is None:
                 return
-            aggs, context = item
-            res = deliver_mod.deliver(self.cfg, aggs, context, send=self.send)
-            if res["errors"]:
-                self.log.warning("job %s: delivery: %s", aggs.get("job_id"), "; ".join(res["errors"]))
+            again = self._one(*item)
+            if again is not None:
+                heapq.heappush(later, (time.monotonic() + again[0], next(self._seq), again[1]))
+
+    def _one(self, aggs: dict[str, Any], context: dict[str, Any], outbox: Path | None,
+             tries: int) -> tuple[float, tuple] | None:
+        """One delivery; (delay, item) when it is to be tried again."""
+        job_id = aggs.get("job_id")
+        # one attempt per try here: the retries are this loop's, spaced out, not three in a row
+        res = deliver_mod.deliver(self.cfg, aggs, context, send=self.send, attempts=1 if tries else 3)
+        if res["retry"] and outbox is not None:
+            age = time.time() - _mtime(outbox)
+            if age < OUTBOX_GIVE_UP_S:
+                delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** tries)
+                if tries == 0:
+                    self.log.warning("job %s: summary not delivered (%s); kept in %s, tried again in %.0f s",
+                                     job_id, "; ".join(res["errors"]), outbox, delay)
+                return delay, (aggs, context, outbox, tries + 1)
+            self.log.error("job %s: summary not delivered for %.0f days; given up (%s)", job_id, age / 86400, outbox)
+        elif res["errors"]:
+            self.log.warning("job %s: delivery: %s", job_id, "; ".join(res["errors"]))
+        if tries and res["sent"]:
+            self.log.info("job %s: summary delivered after %d tries", job_id, tries + 1)
+        self.delivered += 1
+        if outbox is not None:
+            try:
+                outbox.unlink()
+            except OSError:
+                pass
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 class Health:

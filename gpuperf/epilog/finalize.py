@@ -1,4 +1,8 @@
-"""Epilog step: finalise the job with the node daemon, write its aggregates and node summary, send it.
+"""Epilog step: finalise the job with the node daemon, which then writes its aggregates and node
+summary and sends it to the controller on its own (``deliver``): the job's COMPLETING waits for the
+finalisation only, never for the controller, and a summary the controller could not take waits in the
+daemon's outbox and is sent again. A daemon of an older gpuperf (no ``queued`` in its reply) returns the
+aggregates, and this step delivers them itself as before.
 
 When the daemon does not answer within ``daemon.request_timeout_s`` the epilog ends anyway (the job
 ends normally) and a marker in ``<state_dir>/pending/`` lets the daemon finalise the job when it comes
@@ -41,11 +45,14 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     job = {"job_id": ctx.job_id, "end": time.time(), "exit_code": ctx.exit_code}
     context = context_of(ctx, cfg)
     try:
-        reply = client.call(cfg, "finalize", job)
+        reply = client.call(cfg, "finalize", {**job, "deliver": True})
     except client.DaemonUnavailable as e:
         marker = deliver.write_pending(cfg.general.state_dir, "finalize", job, context)
         state.data["finalize"] = {"ok": False, "error": str(e), "pending": str(marker)}
         log.get("epilog").warning("job %s: daemon unavailable (%s); finalisation left in %s", ctx.job_id, e, marker)
+        return
+    if reply.get("ok") and reply.get("queued"):
+        state.data["finalize"] = {"ok": True, "queued": True, "outbox": reply.get("outbox")}
         return
     if not reply.get("ok") or not isinstance(reply.get("aggregates"), dict):
         state.data["finalize"] = {"ok": False, "error": reply.get("error")}

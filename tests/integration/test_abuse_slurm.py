@@ -207,7 +207,11 @@ def test_a_process_faking_another_jobs_id_cannot_claim_it(abuse):
                                    "'import time\nt=time.time()\nwhile time.time()-t<4: pass'")
     assert c.wait(victim) == "COMPLETED"
     c.wait_record(victim, "epilog", timeout=EPILOG_BOUND_S + 10)
-    agg = json.loads((c.run_dir / "jobs" / str(victim) / "aggregates.json").read_text())
+    path = c.run_dir / "jobs" / str(victim) / "aggregates.json"
+    end = time.time() + 15
+    while not path.exists() and time.time() < end:   # written by the daemon once the epilog finalised
+        time.sleep(0.1)
+    agg = json.loads(path.read_text())
     # the abuser burned ~4 s of CPU claiming the victim's id: none of it is the victim's
     assert agg["host"]["cpu_time_s"] < 1.5, agg["host"]
     abuse["figures"]["fake-job-id"]["victim_cpu_time_s"] = agg["host"]["cpu_time_s"]

@@ -14,7 +14,7 @@ import gpuperf
 
 ROOT = Path(gpuperf.__file__).parent
 ROOT_SIDE = ["prolog", "epilog", "daemon", "report", "controller", "summary.py", "jobstate.py", "hook.py",
-             "watchdog.py", "commands/report.py"]
+             "watchdog.py", "commands/report.py", "jobdirs.py"]
 READS = re.compile(r"\.read_text\(|\.read_bytes\(|\.glob\(|glob\.glob\(|\.iterdir\(|os\.listdir\(|os\.scandir\(|"
                    r"(?<![\w.])open\(|(?<!os)\.open\(|jobstate\.read_json\(|json\.load\(")
 
@@ -41,7 +41,8 @@ ALLOWED = {
     "return float(p.read_text().strip())": "sysfs counter",
     'self._lockfile = open(d / "daemon.lock", "a+")': "daemon state dir (root's)",
     'with open(os.path.join(self.attr.proc_root, key.split(":", 1)[0], "cgroup")) as f:': "/proc/PID/cgroup (kernel)",
-    "names = os.listdir(d)": "pending markers: root-only state dir",
+    "names = os.listdir(d)": "pending markers and the outbox: root-only state dir",
+    "with os.scandir(jobs_dir) as it:": "<run_dir>/jobs: root's directory; entries are lstat'ed, never opened or followed",
     "data = jobstate.read_json(p)": "pending marker (root-only state dir)",
     's = jobstate.read_json(jobstate.job_dir(cfg.general.run_dir, job_id) / "node_summary.json")': "root's file",
     'with open(args.html, "w", encoding="utf-8") as f:': "a write, to the caller's own path",
