@@ -85,6 +85,14 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
 
     Returns what was done: {"aggregates": path|None, "summary": path|None, "sent": bool, "errors": [...],
     "retry": bool (sending failed in a way a later try may not)}."""
+    out, summary = write(cfg, aggregates, context)
+    if send and summary is not None:
+        out.update(send_summary(cfg, summary, attempts, out["errors"]))
+    return out
+
+
+def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The aggregates and the node summary written into the job's dir; (what was done, the summary or None)."""
     out: dict[str, Any] = {"aggregates": None, "summary": None, "sent": False, "errors": [], "retry": False}
     job_id = aggregates.get("job_id")
     d = jobstate.job_dir(cfg.general.run_dir, int(job_id))
@@ -97,7 +105,7 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
         from gpuperf.summary import node_summary
     except ImportError as e:
         out["errors"].append(f"no summary module: {e}")
-        return out
+        return out, None
     try:
         from gpuperf.fleet import probe as fleet_probe  # here: the prolog imports this module for write_pending
 
@@ -114,19 +122,24 @@ def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send:
     except Exception as e:  # noqa: BLE001 - a summary bug must not lose the aggregates written above
         out["errors"].append(f"node summary: {type(e).__name__}: {e}")
         log.get("daemon").error("job %s: node summary failed: %s: %s", job_id, type(e).__name__, e)
-        return out
-    if send:
-        try:
-            from gpuperf.controller.transport import Refused, send_node_summary
+        return out, None
+    return out, summary
 
-            send_node_summary(cfg, summary, attempts=attempts)
-            out["sent"] = True
-        except ImportError as e:
-            out["errors"].append(f"no transport: {e}")
-        except Exception as e:  # noqa: BLE001 - controller down: kept for a later try (the daemon's outbox)
-            out["errors"].append(f"send: {type(e).__name__}: {e}")
-            out["retry"] = not isinstance(e, Refused)
-    return out
+
+def send_summary(cfg: Any, summary: dict[str, Any], attempts: int = 3, errors: list[str] | None = None) -> dict[str, Any]:
+    """Send a node summary to the controller; {"sent": bool, "retry": bool, "errors": [...]}, never raises."""
+    errors = errors if errors is not None else []
+    try:
+        from gpuperf.controller.transport import Refused, send_node_summary
+
+        send_node_summary(cfg, summary, attempts=attempts)
+        return {"sent": True, "retry": False, "errors": errors}
+    except ImportError as e:
+        errors.append(f"no transport: {e}")
+        return {"sent": False, "retry": False, "errors": errors}
+    except Exception as e:  # noqa: BLE001 - controller down: kept for a later try (the daemon's outbox)
+        errors.append(f"send: {type(e).__name__}: {e}")
+        return {"sent": False, "retry": not isinstance(e, Refused), "errors": errors}
 
 
 def dumps(obj: Any) -> str:

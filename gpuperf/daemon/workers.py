@@ -40,14 +40,17 @@ OUTBOX_GIVE_UP_S = 7 * 86400.0
 
 
 class Deliveries:
-    """Finalised jobs delivered by one thread (node summary written, sent to the controller), so neither a
-    sweep nor the job's epilog waits for a slow or absent controller. Each job is kept in the outbox
-    (``deliver.write_outbox``) until the controller took its summary, and tried again with backoff."""
+    """Finalised jobs delivered by one thread, so neither a sweep nor the job's epilog waits for a slow or
+    absent controller. A job's ``aggregates.json`` and ``node_summary.json`` are written at once; its
+    summary is sent, and kept in the outbox (``deliver.write_outbox``) until the controller took it. While
+    the controller fails, no job waits on it again: every summary is tried after the same backoff."""
 
     def __init__(self, cfg: Any, log: Any, send: bool):
         self.cfg, self.log, self.send = cfg, log, send
         self._q: queue.Queue = queue.Queue()
         self._seq = itertools.count()
+        self._fails = 0              # sends failed in a row (the controller's, not a job's)
+        self._down_until = 0.0       # monotonic time before which no send is tried
         self.delivered = 0
 
     def thread(self) -> threading.Thread:
@@ -62,14 +65,14 @@ class Deliveries:
                 outbox = deliver_mod.write_outbox(self.cfg.general.state_dir, aggs, context)
             except (OSError, TypeError, ValueError) as e:
                 self.log.error("job %s: not kept in the outbox (%s): delivered from memory only", aggs.get("job_id"), e)
-        self._q.put((aggs, context, outbox, 0))
+        self._q.put((aggs, context, outbox, None))
         return outbox
 
     def restore(self) -> int:
         """Queue what the outbox holds (jobs a previous run of the daemon had not delivered); how many."""
         got = deliver_mod.read_outbox(self.cfg.general.state_dir)
         for path, entry in got:
-            self._q.put((entry["aggregates"], entry.get("context") or {}, path, 0))
+            self._q.put((entry["aggregates"], entry.get("context") or {}, path, None))
         return len(got)
 
     def close(self) -> None:
@@ -88,27 +91,43 @@ class Deliveries:
                 return
             again = self._one(*item)
             if again is not None:
-                heapq.heappush(later, (time.monotonic() + again[0], next(self._seq), again[1]))
+                heapq.heappush(later, (again[0], next(self._seq), again[1]))
 
     def _one(self, aggs: dict[str, Any], context: dict[str, Any], outbox: Path | None,
-             tries: int) -> tuple[float, tuple] | None:
-        """One delivery; (delay, item) when it is to be tried again."""
+             summary: dict[str, Any] | None) -> tuple[float, tuple] | None:
+        """One step of a job's delivery; (when, item) when its summary is to be sent later."""
         job_id = aggs.get("job_id")
-        # one attempt per try here: the retries are this loop's, spaced out, not three in a row
-        res = deliver_mod.deliver(self.cfg, aggs, context, send=self.send, attempts=1 if tries else 3)
-        if res["retry"] and outbox is not None:
-            age = time.time() - _mtime(outbox)
-            if age < OUTBOX_GIVE_UP_S:
-                delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** tries)
-                if tries == 0:
-                    self.log.warning("job %s: summary not delivered (%s); kept in %s, tried again in %.0f s",
-                                     job_id, "; ".join(res["errors"]), outbox, delay)
-                return delay, (aggs, context, outbox, tries + 1)
+        if summary is None:
+            out, summary = deliver_mod.write(self.cfg, aggs, context)
+            if out["errors"]:
+                self.log.warning("job %s: delivery: %s", job_id, "; ".join(out["errors"]))
+            if summary is None or not self.send:
+                return self._done(outbox)
+        now = time.monotonic()
+        if now < self._down_until:
+            return self._down_until, (aggs, context, outbox, summary)
+        res = deliver_mod.send_summary(self.cfg, summary, attempts=1)
+        if res["sent"]:
+            if self._fails:
+                self.log.info("controller reachable again after %d failed send(s): delivering what waited", self._fails)
+            self._fails = 0
+            return self._done(outbox)
+        if not res["retry"] or outbox is None:
+            self.log.warning("job %s: summary not delivered: %s", job_id, "; ".join(res["errors"]))
+            return self._done(outbox)
+        age = time.time() - _mtime(outbox)
+        if age >= OUTBOX_GIVE_UP_S:
             self.log.error("job %s: summary not delivered for %.0f days; given up (%s)", job_id, age / 86400, outbox)
-        elif res["errors"]:
-            self.log.warning("job %s: delivery: %s", job_id, "; ".join(res["errors"]))
-        if tries and res["sent"]:
-            self.log.info("job %s: summary delivered after %d tries", job_id, tries + 1)
+            return self._done(outbox)
+        self._fails += 1
+        delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self._fails - 1))
+        self._down_until = now + delay
+        if self._fails == 1:
+            self.log.warning("controller did not take job %s's summary (%s): summaries wait in %s, sent again "
+                             "with backoff", job_id, "; ".join(res["errors"]), outbox.parent)
+        return self._down_until, (aggs, context, outbox, summary)
+
+    def _done(self, outbox: Path | None) -> None:
         self.delivered += 1
         if outbox is not None:
             try:
