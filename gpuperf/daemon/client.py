@@ -9,16 +9,20 @@ a prolog that runs every step itself ~20 ms (benchmarks/hook_latency.py, the ``f
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
 
+from gpuperf import jsonlite
 from gpuperf.daemon import protocol
 from gpuperf.daemon.protocol import control_endpoint, user_endpoint
 
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # hooks import this module: typing and json cost a fresh process ~8 ms
+    from typing import Any
+
 # requests whose replies are small (well under a SEQPACKET message's limit, the socket's send buffer)
-HOOK_OPS = frozenset({"health", "register"})
+# finalize: the epilog's, whose reply is small when the daemon delivers (``deliver``)
+HOOK_OPS = frozenset({"health", "register", "finalize"})
 
 
 class DaemonUnavailable(Exception):
@@ -67,7 +71,7 @@ def call(cfg: Any, op: str, job: dict[str, Any] | None = None, timeout_s: float 
         sock.send(protocol.encode(protocol.request(op, job)))
         if not sock.poll(int(timeout_s * 1000)):
             raise DaemonUnavailable(f"no reply from {ep} within {timeout_s:.1f} s")
-        reply = json.loads(sock.recv())
+        reply = jsonlite.loads(sock.recv())
     except zmq.ZMQError as e:
         raise DaemonUnavailable(f"{ep}: {e}") from None
     except ValueError:

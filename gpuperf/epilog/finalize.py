@@ -12,17 +12,19 @@ back (aggregates flagged partial), then deliver it the same way.
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from gpuperf import jobstate, log
-from gpuperf import series as series_mod
-from gpuperf.daemon import client, deliver
+from gpuperf import jobstate
+from gpuperf.daemon import client
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # the common case (a daemon that delivers) imports neither typing nor logging nor json
+    from typing import Any
 
 
 def context_of(ctx: Any, cfg: Any) -> dict[str, Any]:
     """What the node summary needs besides the aggregates."""
     return {"job_id": ctx.job_id, "user": ctx.user, "uid": ctx.uid, "node": ctx.node,
-            "exit_code": ctx.exit_code, "job_dir": str(jobstate.job_dir(cfg.general.run_dir, ctx.job_id))}
+            "exit_code": ctx.exit_code, "job_dir": jobstate.job_path(cfg.general.run_dir, ctx.job_id)}
 
 
 def job_series(cfg: Any, job_id: int) -> dict | None:
@@ -30,6 +32,8 @@ def job_series(cfg: Any, job_id: int) -> dict | None:
     points = cfg.controller.series_points
     if points <= 0:
         return None
+    from gpuperf import log, series as series_mod
+
     try:
         got = client.request(cfg, "series", {"job_id": job_id, "max_points": points}).get("series")
     except Exception as e:  # noqa: BLE001 - no series makes the report chartless on the controller, nothing worse
@@ -47,6 +51,9 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     try:
         reply = client.call(cfg, "finalize", {**job, "deliver": True})
     except client.DaemonUnavailable as e:
+        from gpuperf import log
+        from gpuperf.daemon import deliver
+
         marker = deliver.write_pending(cfg.general.state_dir, "finalize", job, context)
         state.data["finalize"] = {"ok": False, "error": str(e), "pending": str(marker)}
         log.get("epilog").warning("job %s: daemon unavailable (%s); finalisation left in %s", ctx.job_id, e, marker)
@@ -54,6 +61,9 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     if reply.get("ok") and reply.get("queued"):
         state.data["finalize"] = {"ok": True, "queued": True, "outbox": reply.get("outbox")}
         return
+    from gpuperf import log
+    from gpuperf.daemon import deliver
+
     if not reply.get("ok") or not isinstance(reply.get("aggregates"), dict):
         state.data["finalize"] = {"ok": False, "error": reply.get("error")}
         log.get("epilog").warning("job %s: daemon could not finalise: %s", ctx.job_id, reply.get("error"))

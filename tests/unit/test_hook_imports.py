@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,7 @@ def test_prolog_fast_path_imports_nothing_heavy(base, conf):
             assert rec["data"]["via"] == "daemon"  # the fast path was taken: the daemon ran the steps
         assert set(r.d.running) == {4101, 4102}
     assert "gpuperf.prolog.fast" in modules and "gpuperf.daemon.hooksock" in modules
-    assert heavy_in(modules) == []
+    assert heavy_in(modules) == [], heavy_in(modules)
 
 
 def test_prolog_full_path_still_runs_when_the_daemon_is_absent(base, conf):
@@ -115,7 +116,29 @@ def test_prolog_full_path_asks_the_daemon_without_pyzmq(base, conf):
     assert "gpuperf.daemon.hooksock" in modules and "zmq" not in modules
 
 
-@pytest.mark.parametrize("script", ["gpuperf-prolog", "gpuperf-taskprolog"])
+def test_epilog_hands_the_job_to_the_daemon_without_heavy_imports(base, conf):
+    """The job stays COMPLETING until the Epilog exits: it finalises over the hook socket and leaves the
+    node summary and its sending to the daemon, importing no heavy module (not pyzmq, json, logging)."""
+    env = {**job_env(4300), "GPUPERF_CONFIG": os.environ["GPUPERF_CONFIG"]}
+    with Running(conf, ScriptSampler(n=8), health_fn=lambda: HEALTHY) as r:
+        run_entry("gpuperf-epilog", env, base / "first")   # a job unknown here; caches the validated config
+        env["SLURM_JOB_ID"] = "4301"
+        assert r.call("register", {"job_id": 4301, "uid": 0, "user": "root", "gpus": [0, 1]})["ok"]
+        p, modules = run_entry("gpuperf-epilog", env, base / "modules")
+        assert p.returncode == 0, p.stderr
+        assert 4301 not in r.d.running
+        summary = Path(conf.general.run_dir) / "jobs" / "4301" / "node_summary.json"
+        deadline = time.time() + 10
+        while not summary.exists() and time.time() < deadline:   # written by the daemon after its reply
+            time.sleep(0.05)
+        assert summary.exists()
+    rec = json.loads((Path(conf.general.run_dir) / "jobs" / "4301" / "epilog.json").read_text())
+    assert rec["data"]["finalize"]["ok"] is True and rec["data"]["finalize"]["queued"] is True
+    assert "gpuperf.daemon.hooksock" in modules
+    assert heavy_in(modules) == [], heavy_in(modules)
+
+
+@pytest.mark.parametrize("script", ["gpuperf-prolog", "gpuperf-taskprolog", "gpuperf-epilog"])
 def test_entry_scripts_are_installed_as_plain_scripts(script):
     """setup.cfg installs packaging/bin/ (a pip console script would import re before the entry point)."""
     import configparser
@@ -150,4 +173,4 @@ def test_taskprolog_imports_nothing_heavy(base, conf):
     step = json.loads((Path(conf.general.run_dir) / "jobs" / "4301" / "env" / "step-0.json").read_text())
     assert step["user_kept"] == ["PYTORCH_CUDA_ALLOC_CONF"]
     assert "gpuperf.prolog.envtask" in modules and "gpuperf.env.ncclver" in modules
-    assert heavy_in(modules) == []
+    assert heavy_in(modules) == [], heavy_in(modules)
