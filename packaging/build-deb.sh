@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 . "$here/packaging/apt-need.sh"
-apt_need dpkg-dev debhelper fakeroot python3.11 python3-venv python3-pip python3-setuptools python3-wheel \
+apt_need dpkg-dev debhelper fakeroot lintian python3.11 python3-venv python3-pip python3-setuptools python3-wheel \
   gcc libc6-dev libslurm-dev
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
