@@ -223,14 +223,10 @@ def host_summary(host: dict | None) -> dict[str, Any]:
     return out
 
 
-def estimates(gpus: list[dict]) -> dict[str, Any]:
-    """Throughput and roofline estimates from activity × the model's dense peak at the clock run (labelled)."""
-    return _estimates(gpus)[0]
-
-
-def _estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """``estimates`` and the ``roofline.job_estimate`` it came from (None: no single known model), which
-    the diagnosis reuses rather than computing it again over every GPU."""
+def estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Throughput and roofline estimates from activity × the model's dense peak at the clock run (labelled),
+    and the ``roofline.job_estimate`` they came from (None: no single known model), which the diagnosis
+    reuses rather than computing it again over every GPU."""
     names = sorted({g.get("name") or "" for g in gpus})
     spec = gpuspecs.lookup(names[0]) if len(names) == 1 else None
     out: dict[str, Any] = {"label": roofline.LABEL}
@@ -354,7 +350,7 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         "estimates": None,
         "quality": _quality(aggregates, gpus),
     }
-    s["estimates"], roof = _estimates(gpus)
+    s["estimates"], roof = estimates(gpus)
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     if ignored.reasons:
         s["quality"]["ignored"] = ignored.shown()
@@ -429,6 +425,6 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
     }
     if ignored:
         out["quality"]["ignored"] = ignored
-    out["estimates"], roof = _estimates(gpus)
+    out["estimates"], roof = estimates(gpus)
     out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds, roof=roof).to_dict()
     return out

@@ -132,12 +132,11 @@ class OpsMixin:
     def _controller_series(self, aggs: dict[str, Any]) -> dict[str, Any] | None:
         """The job's bounded per-GPU series for the controller (gpuperf.series.v1); None when off or on error."""
         points = self.cfg.controller.series_points
+        if points <= 0:
+            return None
         try:
-            gpus = [int(g) for g in aggs.get("gpus") or {}]
-            start, end = float(aggs["start"]), float(aggs.get("end") or aggs.get("last_sample_t") or 0.0)
-            if points <= 0 or not gpus or end <= start:
-                return None
-            return series_mod.compact(self.store.series(gpus, start, end, points) or {}, points)  # type: ignore[attr-defined]
+            ser = self._stored_series(aggs, points)
+            return series_mod.compact(ser or {}, points) if ser is not None else None
         except Exception as e:  # noqa: BLE001 - no series makes the report chartless on the controller, nothing worse
             self.log.info("job %s: no series for the controller: %s", aggs.get("job_id"), e)  # type: ignore[attr-defined]
             return None
@@ -147,15 +146,20 @@ class OpsMixin:
         try:
             from gpuperf.diagnosis import phases
 
-            gpus = [int(g) for g in aggs.get("gpus") or {}]
-            start, end = float(aggs["start"]), float(aggs.get("end") or aggs.get("last_sample_t") or 0.0)
-            if not gpus or end <= start:
-                return None
-            ser = self.store.series(gpus, start, end, phases.SERIES_POINTS, phases.SERIES_FIELDS)  # type: ignore[attr-defined]
-            return phases.compact(ser)
+            ser = self._stored_series(aggs, phases.SERIES_POINTS, phases.SERIES_FIELDS)
+            return phases.compact(ser) if ser is not None else None
         except Exception as e:  # noqa: BLE001 - phases are extra: the aggregates must go out regardless
             self.log.warning("job %s: no series for its phases: %s", aggs.get("job_id"), e)  # type: ignore[attr-defined]
             return None
+
+    def _stored_series(self, aggs: dict[str, Any], points: int, fields: Any = None) -> dict[str, Any] | None:
+        """The store's series of a finalised job's GPUs over its run (None: no GPUs or no span); raises on a
+        malformed aggregate."""
+        gpus = [int(g) for g in aggs.get("gpus") or {}]
+        start, end = float(aggs["start"]), float(aggs.get("end") or aggs.get("last_sample_t") or 0.0)
+        if not gpus or end <= start:
+            return None
+        return self.store.series(gpus, start, end, points, fields)  # type: ignore[attr-defined]
 
     def op_job(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Aggregates of one job, live while it runs."""

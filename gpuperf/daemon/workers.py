@@ -51,7 +51,6 @@ class Deliveries:
         self._seq = itertools.count()
         self._fails = 0              # sends failed in a row (the controller's, not a job's)
         self._down_until = 0.0       # monotonic time before which no send is tried
-        self.delivered = 0
 
     def thread(self) -> threading.Thread:
         """The delivering thread (not started)."""
@@ -128,7 +127,6 @@ class Deliveries:
         return self._down_until, (aggs, context, outbox, summary)
 
     def _done(self, outbox: Path | None) -> None:
-        self.delivered += 1
         if outbox is not None:
             try:
                 outbox.unlink()
