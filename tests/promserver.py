@@ -71,6 +71,26 @@ def query(url: str, q: str) -> list:
         return json.loads(r.read())["data"]["result"]
 
 
+def scrape_health(url: str, metric: str, start: float, end: float) -> str:
+    """Why a window may hold no samples, for a failing test's message: each target's last scrape and
+    the samples of ``metric`` (any labels) in [start, end]."""
+    out = []
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/targets", timeout=10) as r:
+            for t in json.loads(r.read())["data"]["activeTargets"]:
+                out.append(f"target {t.get('labels', {}).get('instance')}: {t.get('health')} last {t.get('lastScrape')} "
+                           f"took {t.get('lastScrapeDuration')} s error {t.get('lastError')!r}")
+        span = max(1, int(end - start) + 1)
+        for q in (f"count_over_time({metric}[{span}s])", f"count_over_time(up[{span}s])"):
+            at = urllib.parse.urlencode({"query": q, "time": f"{end:.3f}"})
+            with urllib.request.urlopen(f"{url}/api/v1/query?{at}", timeout=10) as r:
+                res = json.loads(r.read())["data"]["result"]
+            out.append(f"{q} at {end:.3f}: " + ", ".join(f"{x['metric']}={x['value'][1]}" for x in res))
+    except (OSError, ValueError, KeyError) as e:
+        out.append(f"Prometheus not asked: {e}")
+    return "\n".join(out)
+
+
 @dataclass
 class Server:
     """A running instance."""

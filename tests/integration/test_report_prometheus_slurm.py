@@ -73,11 +73,13 @@ def test_real_job_charts_from_prometheus_and_from_the_store_without_it(slurm_clu
             c.write_gpuperf_config(cfg)
             page = c.dir / "out" / f"report-prom-{job}.html"
             rep = c.run("gpuperf", "report", job, "--html", page)
-            assert rep.returncode == 0 and f"series from Prometheus {prom.url}" in rep.stderr, rep.stderr
-            assert "id='series-source'" in page.read_text()
             loaded = config.load(str(c.gpuperf_config_path))
             with clusterstore.ClusterStore(cfg["controller"]["store"], readonly=True) as st:
                 s = st.job(job)
+            why = (f"job {job} {s.get('start')}..{s.get('end')} GPUs {[(g.get('node'), g.get('gpu')) for g in s.get('gpus', [])]}\n"
+                   + promserver.scrape_health(prom.url, "gpuperf_gpu_power_watts", s["start"] - 5, s["end"] + 2))
+            assert rep.returncode == 0 and f"series from Prometheus {prom.url}" in rep.stderr, rep.stderr + why
+            assert "id='series-source'" in page.read_text()
             from_prom = report.job_series(loaded, job, s, 2000, "prometheus")
             from_store = report.job_series(loaded, job, s, 2000, "controller")
             prom.stop()
