@@ -43,14 +43,17 @@ class Deliveries:
     """Finalised jobs delivered by one thread, so neither a sweep nor the job's epilog waits for a slow or
     absent controller. A job's ``aggregates.json`` and ``node_summary.json`` are written at once; its
     summary is sent, and kept in the outbox (``deliver.write_outbox``) until the controller took it. While
-    the controller fails, no job waits on it again: every summary is tried after the same backoff."""
+    the controller fails, what waits is tried again after one backoff for all (no job pays it again); a job
+    that just ended is still tried once at once, and when it gets through, everything waiting goes next:
+    a controller back from an outage hears from the node at its next job end, not a backoff later."""
 
     def __init__(self, cfg: Any, log: Any, send: bool):
         self.cfg, self.log, self.send = cfg, log, send
         self._q: queue.Queue = queue.Queue()
         self._seq = itertools.count()
         self._fails = 0              # sends failed in a row (the controller's, not a job's)
-        self._down_until = 0.0       # monotonic time before which no send is tried
+        self._down_until = 0.0       # monotonic time before which no waiting summary is tried again
+        self._later: list[tuple[float, int, tuple]] = []  # (when, seq, item): summaries waiting for a retry
 
     def thread(self) -> threading.Thread:
         """The delivering thread (not started)."""
@@ -64,14 +67,15 @@ class Deliveries:
                 outbox = deliver_mod.write_outbox(self.cfg.general.state_dir, aggs, context)
             except (OSError, TypeError, ValueError) as e:
                 self.log.error("job %s: not kept in the outbox (%s): delivered from memory only", aggs.get("job_id"), e)
-        self._q.put((aggs, context, outbox, None))
+        self._q.put((aggs, context, outbox, None, True))
         return outbox
 
     def restore(self) -> int:
         """Queue what the outbox holds (jobs a previous run of the daemon had not delivered); how many."""
         got = deliver_mod.read_outbox(self.cfg.general.state_dir)
         for path, entry in got:
-            self._q.put((entry["aggregates"], entry.get("context") or {}, path, None))
+            # not fresh: a restart with a full outbox and the controller down tries one, not all
+            self._q.put((entry["aggregates"], entry.get("context") or {}, path, None, False))
         return len(got)
 
     def close(self) -> None:
@@ -79,21 +83,20 @@ class Deliveries:
         self._q.put(None)
 
     def _loop(self) -> None:
-        later: list[tuple[float, int, tuple]] = []
         while True:
-            wait = max(0.0, later[0][0] - time.monotonic()) if later else None
+            wait = max(0.0, self._later[0][0] - time.monotonic()) if self._later else None
             try:
                 item = self._q.get(timeout=wait)
             except queue.Empty:
-                item = heapq.heappop(later)[2]
+                item = heapq.heappop(self._later)[2]
             if item is None:
                 return
             again = self._one(*item)
             if again is not None:
-                heapq.heappush(later, (again[0], next(self._seq), again[1]))
+                heapq.heappush(self._later, (again[0], next(self._seq), again[1]))
 
     def _one(self, aggs: dict[str, Any], context: dict[str, Any], outbox: Path | None,
-             summary: dict[str, Any] | None) -> tuple[float, tuple] | None:
+             summary: dict[str, Any] | None, fresh: bool) -> tuple[float, tuple] | None:
         """One step of a job's delivery; (when, item) when its summary is to be sent later."""
         job_id = aggs.get("job_id")
         if summary is None:
@@ -103,13 +106,17 @@ class Deliveries:
             if summary is None or not self.send:
                 return self._done(outbox)
         now = time.monotonic()
-        if now < self._down_until:
-            return self._down_until, (aggs, context, outbox, summary)
+        backoff = now < self._down_until
+        if backoff and not fresh:
+            return self._down_until, (aggs, context, outbox, summary, False)
         res = deliver_mod.send_summary(self.cfg, summary, attempts=1)
         if res["sent"]:
             if self._fails:
-                self.log.info("controller reachable again after %d failed send(s): delivering what waited", self._fails)
-            self._fails = 0
+                self.log.info("controller reachable again after %d failed send(s): delivering the %d summaries "
+                              "that waited", self._fails, len(self._later))
+                # due now, in the order they waited
+                self._later = [(0.0, seq, item) for _, seq, item in sorted(self._later, key=lambda e: e[1])]
+            self._fails, self._down_until = 0, 0.0
             return self._done(outbox)
         if not res["retry"] or outbox is None:
             self.log.warning("job %s: summary not delivered: %s", job_id, "; ".join(res["errors"]))
@@ -118,13 +125,13 @@ class Deliveries:
         if age >= OUTBOX_GIVE_UP_S:
             self.log.error("job %s: summary not delivered for %.0f days; given up (%s)", job_id, age / 86400, outbox)
             return self._done(outbox)
-        self._fails += 1
-        delay = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self._fails - 1))
-        self._down_until = now + delay
-        if self._fails == 1:
-            self.log.warning("controller did not take job %s's summary (%s): summaries wait in %s, sent again "
-                             "with backoff", job_id, "; ".join(res["errors"]), outbox.parent)
-        return self._down_until, (aggs, context, outbox, summary)
+        if not backoff:  # a fresh job failing during the backoff neither lengthens nor restarts it
+            self._fails += 1
+            self._down_until = now + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (self._fails - 1))
+            if self._fails == 1:
+                self.log.warning("controller did not take job %s's summary (%s): summaries wait in %s, sent again "
+                                 "with backoff", job_id, "; ".join(res["errors"]), outbox.parent)
+        return self._down_until, (aggs, context, outbox, summary, False)
 
     def _done(self, outbox: Path | None) -> None:
         if outbox is not None:
