@@ -36,6 +36,7 @@ def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -
 
 RETRY_FIRST_S = 5.0       # a job whose summary the controller did not take: tried again after this,
 RETRY_MAX_S = 300.0       # doubling up to this, for as long as its outbox entry is there
+PROBE_EVERY_S = 5.0       # during that backoff a job that just ended is still tried, at most once per this
 OUTBOX_GIVE_UP_S = 7 * 86400.0
 
 
@@ -44,8 +45,9 @@ class Deliveries:
     absent controller. A job's ``aggregates.json`` and ``node_summary.json`` are written at once; its
     summary is sent, and kept in the outbox (``deliver.write_outbox``) until the controller took it. While
     the controller fails, what waits is tried again after one backoff for all (no job pays it again); a job
-    that just ended is still tried once at once, and when it gets through, everything waiting goes next:
-    a controller back from an outage hears from the node at its next job end, not a backoff later."""
+    that just ended is still tried at once (one such try per ``PROBE_EVERY_S``: a controller that times
+    out costs the thread little), and when it gets through, everything waiting goes next: a controller
+    back from an outage hears from the node at its next job end, not a backoff later."""
 
     def __init__(self, cfg: Any, log: Any, send: bool):
         self.cfg, self.log, self.send = cfg, log, send
@@ -53,6 +55,7 @@ class Deliveries:
         self._seq = itertools.count()
         self._fails = 0              # sends failed in a row (the controller's, not a job's)
         self._down_until = 0.0       # monotonic time before which no waiting summary is tried again
+        self._tried = -PROBE_EVERY_S  # monotonic time of the last send
         self._later: list[tuple[float, int, tuple]] = []  # (when, seq, item): summaries waiting for a retry
 
     def thread(self) -> threading.Thread:
@@ -107,8 +110,9 @@ class Deliveries:
                 return self._done(outbox)
         now = time.monotonic()
         backoff = now < self._down_until
-        if backoff and not fresh:
+        if backoff and (not fresh or now - self._tried < PROBE_EVERY_S):
             return self._down_until, (aggs, context, outbox, summary, False)
+        self._tried = now
         res = deliver_mod.send_summary(self.cfg, summary, attempts=1)
         if res["sent"]:
             if self._fails:

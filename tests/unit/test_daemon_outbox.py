@@ -78,18 +78,20 @@ def test_a_controller_back_from_an_outage_hears_at_the_next_job_end_not_a_backof
     """Jobs that ended while the controller was down wait one backoff for all; a job ending later is tried
     at once, and when it gets through the ones that waited go with it (a minute's backoff notwithstanding)."""
     monkeypatch.setattr(workers, "RETRY_FIRST_S", 60.0)
+    monkeypatch.setattr(workers, "PROBE_EVERY_S", 1.0)
     node, ctrl = _cfgs(tmp_path)
     with Running(node, ScriptSampler(n=1), send_summaries=True) as r:
+        deliveries = r.d.deliveries
         for job in (81, 82):  # the second is tried at once too: it fails without lengthening the backoff
             rec, _ = _run_job(r, node, job)
             assert rec["queued"]
             wait_for(lambda j=job: (Path(node.general.run_dir) / "jobs" / str(j) / "node_summary.json").exists(), 10)
-        time.sleep(0.5)
-        deliveries = r.d.deliveries
+            time.sleep(1.2)
+            assert deliveries._tried > time.monotonic() - 2.0  # this job was tried
         assert deliveries._fails == 1 and [p.name for p in _outbox(node)] == ["81.json", "82.json"]
         c = Controller(ctrl, accounting.StubWriter(0.0))
         try:
-            time.sleep(1.0)
+            time.sleep(1.2)
             assert not _stored(ctrl, 81)  # nothing is sent before the backoff but a job's end
             _run_job(r, node, 83)
             wait_for(lambda: all(_stored(ctrl, j) for j in (81, 82, 83)) and not _outbox(node), timeout=15)
