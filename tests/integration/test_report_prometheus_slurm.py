@@ -76,8 +76,10 @@ def test_real_job_charts_from_prometheus_and_from_the_store_without_it(slurm_clu
             loaded = config.load(str(c.gpuperf_config_path))
             with clusterstore.ClusterStore(cfg["controller"]["store"], readonly=True) as st:
                 s = st.job(job)
-            why = (f"job {job} {s.get('start')}..{s.get('end')} GPUs {[(g.get('node'), g.get('gpu')) for g in s.get('gpus', [])]}\n"
-                   + promserver.scrape_health(prom.url, "gpuperf_gpu_power_watts", s["start"] - 5, s["end"] + 2))
+            why = (f"job {job} {s.get('start')}..{s.get('end')} GPUs {[(g.get('node'), g.get('gpu')) for g in s.get('gpus', [])]} "
+                   f"notes {(s.get('quality') or {}).get('reasons')}\n"
+                   + promserver.scrape_health(prom.url, "gpuperf_gpu_power_watts", (s.get("start") or time.time() - 60) - 5,
+                                              (s.get("end") or time.time()) + 2))
             assert rep.returncode == 0 and f"series from Prometheus {prom.url}" in rep.stderr, rep.stderr + why
             assert "id='series-source'" in page.read_text()
             from_prom = report.job_series(loaded, job, s, 2000, "prometheus")
