@@ -19,6 +19,7 @@ import grp
 import os
 import sqlite3
 import stat
+import urllib.parse
 from pathlib import Path
 
 FILE_MODE = 0o600
@@ -116,6 +117,28 @@ def _fit(p: Path, gid: int | None) -> None:
                 os.chmod(p, FILE_MODE)
     elif world_access(st.st_mode):
         os.chmod(p, FILE_MODE)
+
+
+def connect_readonly(path: str | Path, **kw) -> sqlite3.Connection:
+    """A read-only connection to a store (FileNotFoundError when there is none). A group member reading
+    while the service is stopped cannot create the WAL index SQLite removed at its last close (-shm, in
+    a directory it may not write): then the file is read as it is (``immutable``), whole since no -wal
+    is left. A service that starts meanwhile is not seen by that reader (one command's short read)."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    uri = "file:" + urllib.parse.quote(path) + "?mode=ro"
+    db = sqlite3.connect(uri, uri=True, timeout=10, **kw)
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError:
+        db.close()
+        # only the missing-index case: with a -wal left (a service running or killed) the file alone is not whole
+        if (os.path.exists(path + "-wal") or os.access(os.path.dirname(path) or ".", os.W_OK)
+                or not os.access(path, os.R_OK)):
+            raise
+    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=10, **kw)
 
 
 class StoreVersionError(OSError):

@@ -58,9 +58,7 @@ class ClusterStore:
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = str(path)
         if readonly:
-            if not os.path.exists(self.path):
-                raise FileNotFoundError(self.path)
-            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            self.db = statefiles.connect_readonly(self.path)
             self._refuse_newer()
             return
         statefiles.private_db(self.path)  # 0600 before SQLite writes anything; its directory 0700

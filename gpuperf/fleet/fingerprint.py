@@ -136,9 +136,7 @@ class FleetStore:
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = str(path)
         if readonly:
-            if not os.path.exists(self.path):
-                raise FileNotFoundError(self.path)
-            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+            self.db = statefiles.connect_readonly(self.path)
         else:
             # which boards ran which jobs: admins only (0600 before SQLite writes; directory 0700)
             statefiles.private_db(self.path)

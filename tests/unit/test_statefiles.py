@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sqlite3
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -213,3 +216,53 @@ def test_a_directory_open_to_others_keeps_its_stores_0600_whatever_its_group():
     assert statefiles.group_shared(0o750) and statefiles.group_shared(0o2770)
     assert not statefiles.group_shared(0o755) and not statefiles.group_shared(0o700)
     assert not statefiles.group_shared(0o1777) and not statefiles.group_shared(0o710)
+
+
+@needs_root
+def test_a_group_member_reads_the_stores_while_their_services_are_stopped(tmp_path):
+    """SQLite removes a WAL store's -wal and -shm at its last close; a group member, who may not create
+    files in the state directory, still reads the store (as it is: whole, no -wal left)."""
+    import tempfile
+
+    from gpuperf import jsoncodec
+    from gpuperf.fleet.fingerprint import FleetStore
+
+    name, gid = _some_group()
+    top = Path(tempfile.mkdtemp(prefix="gpuperf-grp-", dir="/tmp"))  # pytest's tmp_path is root's 0700
+    try:
+        os.chmod(top, 0o755)
+        state = statefiles.prepare_state_dir(top / "state", name)
+        with ClusterStore(state / "cluster.sqlite") as ctl:
+            ctl.put_job({"job_id": 3, "user": "bob", "uid": 1000, "nodes": ["n1"], "end": 100.0})
+        FleetStore(state / "fleet.sqlite").close()
+        assert sorted(p.name for p in state.iterdir()) == ["cluster.sqlite", "fleet.sqlite"]  # the services stopped
+        jsoncodec.loads(b"{}")  # imported before the child leaves root (the checkout may be closed to others)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the member: nobody's uid, the store's group, nothing else
+            code = 1
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(65534)
+                with ClusterStore(state / "cluster.sqlite", readonly=True) as ro:
+                    got = ro.job(3)
+                fleet = FleetStore(state / "fleet.sqlite", readonly=True)
+                fleet.db.execute("SELECT count(*) FROM gpus").fetchone()
+                fleet.close()
+                os.write(w, json.dumps(got).encode())
+                code = 0
+            except BaseException as e:  # noqa: BLE001 - the parent asserts on what the child says
+                os.write(w, f"ERR {type(e).__name__}: {e}".encode())
+            finally:
+                os._exit(code)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            said = f.read().decode()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, said
+        assert json.loads(said)["user"] == "bob"
+        assert sorted(p.name for p in state.iterdir()) == ["cluster.sqlite", "fleet.sqlite"]  # the reader wrote nothing
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
