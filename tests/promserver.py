@@ -65,9 +65,10 @@ def listening(port: int) -> bool:
         return False
 
 
-def query(url: str, q: str) -> list:
-    """An instant query's result list."""
-    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode({'query': q})}", timeout=10) as r:
+def query(url: str, q: str, at: float | None = None) -> list:
+    """An instant query's result list (now, or at epoch ``at``)."""
+    params = {"query": q, **({"time": f"{at:.3f}"} if at is not None else {})}
+    with urllib.request.urlopen(f"{url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10) as r:
         return json.loads(r.read())["data"]["result"]
 
 

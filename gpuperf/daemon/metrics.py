@@ -1,6 +1,7 @@
 """Prometheus exposition of the node's GPUs: one gauge per metric labelled ``gpu``, and one
-``gpuperf_job_gpu_info{job,gpu,user}`` series per job and GPU (joined in PromQL; a job label on
-every metric would multiply the series count, FACTS.md)."""
+``gpuperf_job_gpu_info{jobid,gpu,user}`` series per job and GPU (joined in PromQL; a job label on
+every metric would multiply the series count, FACTS.md). ``jobid``, not ``job``: Prometheus gives every
+scraped series its own ``job`` label (the scrape's), which would rename ours to ``exported_job``."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class DaemonCollector:
                 for reason, bit in THROTTLE_BITS.items():
                     thr.add_metric([str(s.gpu), reason], 1.0 if s.throttle_reasons & bit else 0.0)
         yield thr
-        info = InfoMetricFamily("gpuperf_job_gpu", "job holding a GPU (join on gpu)", labels=["job", "gpu", "user"])
+        info = InfoMetricFamily("gpuperf_job_gpu", "job holding a GPU (join on gpu)", labels=["jobid", "gpu", "user"])
         for job_id, user, gpus in v.get("jobs", []):
             for g in gpus:
                 info.add_metric([str(job_id), str(g), user or ""], {})

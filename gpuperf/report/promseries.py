@@ -2,9 +2,8 @@
 
 The node daemons export one gauge per metric labelled ``gpu`` and no job label
 (``gpuperf.daemon.metrics``). A job is joined to its series by node, GPU index and time window, all
-read from its summary, not through ``gpuperf_job_gpu_info``: that series' ``job`` label collides
-with the ``job`` label Prometheus gives every scraped series (it arrives as ``exported_job``
-unless the scrape sets ``honor_labels``), and the summary already names the job's GPUs and times.
+read from its summary, not through ``gpuperf_job_gpu_info{jobid,...}``: the summary already names the
+job's GPUs and times, and the info series exists only while the daemon holds the job.
 
 One ``/api/v1/query_range`` per metric over the job's span (the six sent at once), with a step that keeps at most
 ``points`` points per line and never below the scrape interval; each point is

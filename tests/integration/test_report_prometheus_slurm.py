@@ -6,7 +6,8 @@ node would. The job's prolog registers it, its epilog sends the node summary and
 controller service. ``gpuperf report`` with ``report.prometheus_url`` draws the job's GPUs (the ones
 Slurm gave it, no others) from Prometheus, with the values the daemon also sent to the store; with
 Prometheus stopped the same command draws them from the node's daemon, then (daemon stopped too) from
-the store, and says why.
+the store, and says why. The shipped Grafana dashboard's job view, under this default scrape config,
+finds the job's GPUs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from test_report_slurm import _collector, _queue_state  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 RECORDING = ROOT / "tests" / "data" / "recordings" / "one_busy-h200.jsonl.gz"
+DASHBOARD = ROOT / "packaging" / "grafana" / "gpuperf-dashboard.json"
 
 
 def _matching(prom: dict, store: dict, field: str) -> tuple[int, int]:
@@ -82,6 +84,12 @@ def test_real_job_charts_from_prometheus_and_from_the_store_without_it(slurm_clu
                                               (s.get("end") or time.time()) + 2))
             assert rep.returncode == 0 and f"series from Prometheus {prom.url}" in rep.stderr, rep.stderr + why
             assert "id='series-source'" in page.read_text()
+            # the dashboard's job view, as shipped, under this default scrape config: the job's GPUs mid-job
+            expr = next(t["expr"] for panel in json.loads(DASHBOARD.read_text())["panels"] for t in panel.get("targets", [])
+                        if t["expr"].startswith("gpuperf_gpu_power_watts * on(instance, gpu)"))
+            joined = promserver.query(prom.url, expr.replace("$job", str(job)), at=(s["start"] + s["end"]) / 2)
+            assert sorted((r["metric"]["jobid"], int(r["metric"]["gpu"])) for r in joined) == \
+                [(str(job), g) for g in sorted(g["gpu"] for g in s["gpus"])], joined
             from_prom = report.job_series(loaded, job, s, 2000, "prometheus")
             from_store = report.job_series(loaded, job, s, 2000, "controller")
             prom.stop()

@@ -371,9 +371,9 @@ def test_metrics_gpu_labels_and_one_info_series(base):
     assert got[("gpuperf_gpu_mem_used_bytes", (("gpu", "0"),))] == 1000.0 * 1024 * 1024
     assert got[("gpuperf_gpu_util_gpu_ratio", (("gpu", "0"),))] == 0.5
     info = {k: v for k, v in got.items() if k[0] == "gpuperf_job_gpu_info"}
-    assert info == {("gpuperf_job_gpu_info", (("gpu", "1"), ("job", "80"), ("user", "alice"))): 1.0}
+    assert info == {("gpuperf_job_gpu_info", (("gpu", "1"), ("jobid", "80"), ("user", "alice"))): 1.0}
     # no other series carries a job label
-    assert not [k for k in got if k[0] != "gpuperf_job_gpu_info" and any(l == "job" for l, _ in k[1])]
+    assert not [k for k in got if k[0] != "gpuperf_job_gpu_info" and any(l in ("job", "jobid") for l, _ in k[1])]
 
 
 def test_pub_stream_carries_sweeps_and_job_map(base):

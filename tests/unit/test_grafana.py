@@ -55,11 +55,13 @@ def test_every_metric_the_dashboard_queries_is_exported():
 
 def test_only_the_info_series_carries_a_job_label_and_the_dashboard_joins_through_it():
     exported = _exported()
-    with_job = sorted(n for n, labels in exported.items() if "job" in labels)
+    # "jobid": a "job" label would be renamed exported_job by a default scrape (the scrape's own job wins)
+    assert not [n for n, labels in exported.items() if "job" in labels]
+    with_job = sorted(n for n, labels in exported.items() if "jobid" in labels)
     assert with_job == ["gpuperf_job_gpu_info"]
     dash = json.loads(DASHBOARD.read_text())
     for e in _exprs(dash):
-        rest = re.sub(r"gpuperf_job_gpu_info(\{[^}]*\}|, job)?|group_left\(job, user\)|gpuperf_daemon_running_jobs", "", e)
+        rest = re.sub(r"gpuperf_job_gpu_info(\{[^}]*\}|, jobid)?|group_left\(jobid, user\)|gpuperf_daemon_running_jobs", "", e)
         if "job" in rest:
             raise AssertionError(f"a query filters or groups by job outside the info join: {e}")
-    assert any("group_left(job, user) gpuperf_job_gpu_info" in e for e in _exprs(dash))
+    assert any("group_left(jobid, user) gpuperf_job_gpu_info" in e for e in _exprs(dash))
