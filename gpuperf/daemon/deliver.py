@@ -79,15 +79,14 @@ def read_outbox(state_dir: str) -> list[tuple[Path, dict[str, Any]]]:
                          lambda d: isinstance(d.get("aggregates"), dict) and "job_id" in d["aggregates"])
 
 
-def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send: bool = True,
-            attempts: int = 3) -> dict[str, Any]:
+def deliver(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any], send: bool = True) -> dict[str, Any]:
     """Write the aggregates and the node summary into the job's dir and send the summary; never raises.
 
     Returns what was done: {"aggregates": path|None, "summary": path|None, "sent": bool, "errors": [...],
     "retry": bool (sending failed in a way a later try may not)}."""
     out, summary = write(cfg, aggregates, context)
     if send and summary is not None:
-        out.update(send_summary(cfg, summary, attempts, out["errors"]))
+        out.update(send_summary(cfg, summary, errors=out["errors"]))
     return out
 
 

@@ -149,7 +149,7 @@ class JobsMixin:
             if aggs is not None:
                 self.log.warning("job %s was registered before this boot: finalised at its last sample (partial)", jid)
                 ctx = {"job_id": jid, "user": rj.reg.get("user"), "uid": rj.reg.get("uid"), "node": rj.reg.get("node")}
-                self.deliveries.put(aggs, ctx)
+                self.deliver_finalised(aggs, ctx)  # type: ignore[attr-defined]
 
     def take_pending(self, t: float | None = None) -> None:
         """Act on markers left by hooks that could not reach the daemon (partial flag set)."""
@@ -168,7 +168,7 @@ class JobsMixin:
             else:
                 aggs = self.finalize(int(job["job_id"]), req.job.get("end"), True)
                 if aggs is not None:
-                    self.deliveries.put(aggs, marker.get("context") or {})
+                    self.deliver_finalised(aggs, marker.get("context") or {})  # type: ignore[attr-defined]
                 else:
                     self.log.warning("pending finalize of job %s: job not registered here; dropped", job["job_id"])
             try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from gpuperf import series as series_mod
@@ -118,16 +119,23 @@ class OpsMixin:
         aggs = self.finalize(job_id, req.job.get("end"), bool(req.job.get("partial")))  # type: ignore[attr-defined]
         if aggs is None:
             return protocol.error(f"job {req.job['job_id']} is not registered on this node")
-        series = self._phase_series(aggs)
         if not req.job.get("deliver"):
-            return protocol.ok(aggregates=aggs, series=series)
-        ctx: dict[str, Any] = {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
-                               "node": reg.get("node") or aggs.get("node"), "exit_code": req.job.get("exit_code")}
+            return protocol.ok(aggregates=aggs, series=self._phase_series(aggs))
+        outbox = self.deliver_finalised(aggs, {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
+                                               "node": reg.get("node") or aggs.get("node"),
+                                               "exit_code": req.job.get("exit_code")})
+        return protocol.ok(queued=True, outbox=str(outbox) if outbox is not None else None)
+
+    def deliver_finalised(self, aggs: dict[str, Any], context: dict[str, Any]) -> Path | None:
+        """Hand a finalised job to the delivery thread with its series (the coarse one for the diagnosis's
+        phases, the bounded one the controller charts from), however it was finalised: by its epilog, a
+        pending marker, or a reboot; the outbox entry (``Deliveries.put``)."""
+        ctx = dict(context)
+        series = self._phase_series(aggs)
         if series is not None:
             ctx["series"] = series
         ctx["controller_series"] = self._controller_series(aggs)
-        outbox = self.deliveries.put(aggs, ctx)  # type: ignore[attr-defined]
-        return protocol.ok(queued=True, outbox=str(outbox) if outbox is not None else None)
+        return self.deliveries.put(aggs, ctx)  # type: ignore[attr-defined]
 
     def _controller_series(self, aggs: dict[str, Any]) -> dict[str, Any] | None:
         """The job's bounded per-GPU series for the controller (gpuperf.series.v1); None when off or on error."""

@@ -133,6 +133,11 @@ def test_epilog_with_daemon_down_leaves_marker_and_daemon_finalises_partial(base
         # samples taken after the job's end are not in it
         n, _ = _stored(base, 0, a["start"], end)
         assert a["gpus"]["0"]["samples"] == n
+        # delivered as the epilog's own finalisation is: with the series the controller charts from
+        summary = out.parent / "node_summary.json"
+        wait_for(summary.exists, timeout=10)
+        s = json.loads(summary.read_text())
+        assert s["quality"]["partial"] is True and list(s["series"]["gpus"]) == ["0"], s.get("series")
     finally:
         p.terminate()
         p.wait(10)
