@@ -119,7 +119,7 @@ def _fit(p: Path, gid: int | None) -> None:
         os.chmod(p, FILE_MODE)
 
 
-def connect_readonly(path: str | Path, **kw) -> sqlite3.Connection:
+def connect_readonly(path: str | Path) -> sqlite3.Connection:
     """A read-only connection to a store (FileNotFoundError when there is none). A group member reading
     while the service is stopped cannot create the WAL index SQLite removed at its last close (-shm, in
     a directory it may not write): then the file is read as it is (``immutable``), whole since no -wal
@@ -128,7 +128,7 @@ def connect_readonly(path: str | Path, **kw) -> sqlite3.Connection:
     if not os.path.exists(path):
         raise FileNotFoundError(path)
     uri = "file:" + urllib.parse.quote(path) + "?mode=ro"
-    db = sqlite3.connect(uri, uri=True, timeout=10, **kw)
+    db = sqlite3.connect(uri, uri=True, timeout=10)
     try:
         db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
         return db
@@ -138,7 +138,7 @@ def connect_readonly(path: str | Path, **kw) -> sqlite3.Connection:
         if (os.path.exists(path + "-wal") or os.access(os.path.dirname(path) or ".", os.W_OK)
                 or not os.access(path, os.R_OK)):
             raise
-    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=10, **kw)
+    return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=10)
 
 
 class StoreVersionError(OSError):

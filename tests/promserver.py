@@ -83,9 +83,7 @@ def scrape_health(url: str, metric: str, start: float, end: float) -> str:
                            f"took {t.get('lastScrapeDuration')} s error {t.get('lastError')!r}")
         span = max(1, int(end - start) + 1)
         for q in (f"count_over_time({metric}[{span}s])", f"count_over_time(up[{span}s])"):
-            at = urllib.parse.urlencode({"query": q, "time": f"{end:.3f}"})
-            with urllib.request.urlopen(f"{url}/api/v1/query?{at}", timeout=10) as r:
-                res = json.loads(r.read())["data"]["result"]
+            res = query(url, q, at=end)
             out.append(f"{q} at {end:.3f}: " + ", ".join(f"{x['metric']}={x['value'][1]}" for x in res))
     except (OSError, ValueError, KeyError) as e:
         out.append(f"Prometheus not asked: {e}")
