@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from test_doctor_slurm import RECORDING, _start_daemon, _stop, _wait_port
+from test_report_slurm import _admin_comment, _queue_state
 
 from gpuperf import admincomment
 
@@ -75,12 +76,13 @@ def test_a_job_running_across_a_package_upgrade_gets_its_complete_report(slurm_c
         assert c.wait(job, timeout=90) == "COMPLETED", c.logs()
         rec = c.wait_record(job, "merge", timeout=60)
         assert not rec["data"]["merge"]["partial"], rec
+        # the AdminComment is written after the merge, asynchronously: wait for it before stopping the service
+        assert _queue_state(c, job) == "done", c.gpuperf_log()[-3000:]
     finally:
         for p in (daemon, collector):
             if p.poll() is None:
                 _stop(p)
         c.reset_gpuperf_config()
-    out = c.run("sacct", "-n", "-X", "-P", "-j", job, "-o", "AdminComment%65535", check=True).stdout
-    decoded = admincomment.decode(next(ln for ln in out.splitlines() if ln.strip()))
+    decoded = admincomment.decode(_admin_comment(c, job))
     assert decoded["job"]["gpu_count"] == 2 and decoded["quality"]["samples"] > 0
     assert not decoded["quality"].get("partial"), decoded["quality"]
