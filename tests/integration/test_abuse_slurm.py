@@ -53,8 +53,10 @@ def abuse(slurm_cluster):
     victim = c.sbatch(f"echo {SECRET} > /dev/null\nsleep 2\n", "--gres=gpu:1", f"--comment={SECRET}")
     assert c.wait(victim) == "COMPLETED"
     c.wait_record(victim, "epilog")
-    c.wait_record(victim, "epilog-slurmctld")   # the last writer of the victim's dir
+    c.wait_record(victim, "epilog-slurmctld")
     vdir = c.run_dir / "jobs" / str(victim)
+    # the daemon answers the epilog before its delivery thread writes the job's files: node_summary.json is last
+    _wait_file(vdir / "node_summary.json")
     (vdir / "secret.txt").write_text(SECRET)
     state = {"c": c, "daemon": daemon, "victim": victim, "vdir": vdir, "figures": {},
              "victim_digest": _digest(vdir)}
@@ -63,6 +65,13 @@ def abuse(slurm_cluster):
     daemon.wait(10)
     (c.dir / "abuse_figures.json").write_text(json.dumps(state["figures"], indent=1, sort_keys=True))
     c.reset_gpuperf_config()
+
+
+def _wait_file(path: Path, timeout: float = 15) -> None:
+    end = time.time() + timeout
+    while not path.exists() and time.time() < end:
+        time.sleep(0.1)
+    assert path.exists(), f"{path} not written in {timeout} s"
 
 
 def _digest(d: Path) -> str:
@@ -95,9 +104,7 @@ def _run_case(a: dict, name: str, script: str, *sbatch_args: str, wait_s: float 
     assert not any("drain" in s or "down" in s for s in states.values()), states
     jdir = c.run_dir / "jobs" / str(job)
     summary_path = jdir / "node_summary.json"
-    end = time.time() + 15
-    while not summary_path.exists() and time.time() < end:
-        time.sleep(0.1)
+    _wait_file(summary_path)
     s = json.loads(summary_path.read_text())
     assert SECRET not in summary_path.read_text() and "root:" not in summary_path.read_text()
     # thousands of planted entries cost root's log at most SHOWN lines and one "more" line
