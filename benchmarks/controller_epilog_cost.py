@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -131,9 +132,7 @@ def main() -> int:
             p.wait(20)
         c.reset_gpuperf_config()
     figures["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
-    print(json.dumps(figures, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    figures_out.emit(figures, args.json)
     return 0
 
 

@@ -11,7 +11,6 @@ send. Prints jobs/s and the extrapolation to 1,000,000 jobs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -24,6 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from gpuperf import admincomment, summary  # noqa: E402
 from gpuperf.report import sacctrows  # noqa: E402
 from jobs_query import templates  # noqa: E402
+import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script
 
 
 def main() -> int:
@@ -48,9 +48,7 @@ def main() -> int:
                "extrapolated_1M_jobs_s": round(dt * 1_000_000 / args.jobs, 1),
                "extrapolated_1M_sacct_output_mib": round(out_bytes * 1_000_000 / args.jobs / 2**20),
                "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}
-    print(json.dumps(figures, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    figures_out.emit(figures, args.json)
     return 0 if len(rows) == 50 else 1
 
 

@@ -44,6 +44,7 @@ from gpuperf import series as series_mod, summary  # noqa: E402
 from gpuperf.controller import transport  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
+import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script
 
 SENDERS = 48
 REPLY_TIMEOUT_S = 2.0
@@ -298,9 +299,7 @@ def main() -> int:
     }
     if spy is not None and folded.exists():
         figures["profile_inclusive_pct_of_samples"] = profile_top(folded)
-    print(json.dumps(figures, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    figures_out.emit(figures, args.json)
     subprocess.run(["rm", "-rf", str(tmp), str(run_dir)])
     return 0 if figures["lost"] == 0 and figures["duplicated"] == 0 else 1
 

@@ -17,7 +17,6 @@ whether more writers write more per second. The machine is shared: its load aver
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 from gpuperf import admincomment, summary  # noqa: E402
 from gpuperf.slurm import Slurm  # noqa: E402
+import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script
 
 
 def comment_text() -> str:
@@ -110,9 +110,7 @@ def main() -> int:
         "fit_per_line_ms": per_line and round(1000 * per_line, 2),
         f"parallel_processes_{lines}_lines_each": parallel,
     }
-    print(json.dumps(figures, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    figures_out.emit(figures, args.json)
     return 0
 
 
