@@ -11,9 +11,11 @@ The reports read these records while the job runs and soon after; the stores kee
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
-from typing import Callable, Iterable
+import time
+from typing import Any, Callable, Iterable
 
 
 def stale(entries: Iterable[tuple[int, float]], now: float, keep_s: float, keep: set[int]) -> list[int]:
@@ -58,3 +60,17 @@ def prune(run_dir: str, now: float, keep_days: float, keep: set[int] | None = No
         if not os.path.lexists(path):
             removed.append(j)
     return removed
+
+
+def prune_logged(log: logging.Logger, run_dir: str, keep_days: float, errors: tuple[type[BaseException], ...] = (OSError,),
+                 **kw: Any) -> list[int]:
+    """``prune`` now (the wall clock's time: directory times are), with what it did or why not in ``log``."""
+    try:
+        gone = prune(run_dir, time.time(), keep_days, **kw)
+    except errors as e:
+        log.warning("job directories in %s not pruned: %s", run_dir, e)
+        return []
+    if gone:
+        log.info("removed the run_dir records of %d jobs over for %.0f days (%s%s)", len(gone), keep_days,
+                 ",".join(map(str, gone[:10])), " ..." if len(gone) > 10 else "")
+    return gone

@@ -224,14 +224,8 @@ class Service:
             return
         self._jobdirs_at = now
         g = self.cfg.general
-        try:
-            # directory times are the wall clock's, whatever clock the scheduler runs on
-            gone = jobdirs.prune(g.run_dir, time.time(), g.job_dir_keep_days, only=self.queue.over, limit=JOBDIRS_MAX)
-        except (OSError, sqlite3.Error) as e:
-            self.log.warning("job directories in %s not pruned: %s", g.run_dir, e)
-            return
-        if gone:
-            self.log.info("removed the run_dir records of %d jobs over for %.0f days", len(gone), g.job_dir_keep_days)
+        jobdirs.prune_logged(self.log, g.run_dir, g.job_dir_keep_days, errors=(OSError, sqlite3.Error),
+                             only=self.queue.over, limit=JOBDIRS_MAX)
 
     def _take_results(self, now: float) -> None:
         c = self.cfg.controller

@@ -207,14 +207,7 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
         cfg = self.cfg.general
 
         def run() -> None:
-            try:
-                gone = jobdirs.prune(cfg.run_dir, time.time(), cfg.job_dir_keep_days, keep)
-            except OSError as e:
-                self.log.warning("job directories in %s not pruned: %s", cfg.run_dir, e)
-                return
-            if gone:
-                self.log.info("removed the run_dir records of %d jobs over for %.0f days (%s%s)", len(gone),
-                              cfg.job_dir_keep_days, ",".join(map(str, gone[:10])), " ..." if len(gone) > 10 else "")
+            jobdirs.prune_logged(self.log, cfg.run_dir, cfg.job_dir_keep_days, keep=keep)
 
         self._pruner = threading.Thread(target=run, name="jobdirs", daemon=True)
         self._pruner.start()

@@ -3,9 +3,13 @@ link's target, not what is not a job directory; the controller only removes jobs
 
 from __future__ import annotations
 
+import logging
 import os
+import sqlite3
 import time
 from pathlib import Path
+
+import pytest
 
 from gpuperf import config, jobdirs
 from gpuperf.controller import accounting, service
@@ -111,3 +115,29 @@ def test_daemon_keeps_a_registered_jobs_records_whatever_their_age(tmp_path):
         r.d.prune_job_dirs()
         r.d._pruner.join(10)
         assert long_job.is_dir() and not over.exists()
+
+
+def test_prune_logged_names_what_went_and_logs_an_error_instead_of_raising(tmp_path, caplog):
+    now = time.time()
+    run = tmp_path / "run"
+    for j in range(1, 13):
+        _job_dir(run, j, 10, now)
+    logger = logging.getLogger("gpuperf.test.jobdirs")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        gone = jobdirs.prune_logged(logger, str(run), 7.0, keep={12})
+    assert sorted(gone) == list(range(1, 12))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"removed the run_dir records of 11 jobs over for 7 days ({','.join(map(str, gone[:10]))} ...)"]
+    caplog.clear()
+
+    def broken(ids: list[int]) -> set[int]:
+        raise sqlite3.OperationalError("database is locked")
+
+    _job_dir(run, 20, 10, now)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        assert jobdirs.prune_logged(logger, str(run), 7.0, errors=(OSError, sqlite3.Error), only=broken) == []
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", f"job directories in {run} not pruned: database is locked")]
+    assert (run / "jobs" / "20").is_dir()
+    with pytest.raises(sqlite3.OperationalError):   # an error the caller did not name is not swallowed
+        jobdirs.prune_logged(logger, str(run), 7.0, only=broken)
