@@ -41,6 +41,15 @@ def on_node_summaries(cfg: Any, summaries: list[dict[str, Any]], slurm: Any = No
             # one read of the sketches for every model of the batch (not one per summary)
             stats = store.model_stats({r["model"] for rs in rows.values() for r in rs})
             ranks = {node: rank(rs, stats, cfg.fleet.z) for node, rs in rows.items()}
+            whole: dict[str, list] = {}
+            if cfg.fleet.policy == "drain":
+                # a drain names the node's worst GPU and counts all its flagged ones, not only those this batch
+                # moved (one flagged earlier may have been held by the drain bound); read only for such nodes
+                nodes_rows = {node: store.gpus(node) for node, rs in ranks.items() if any(g.flagged for g in rs)}
+                more = {r["model"] for rs in nodes_rows.values() for r in rs} - set(stats)
+                if more:
+                    stats.update(store.model_stats(more))
+                whole = {node: rank(rs, stats, cfg.fleet.z) for node, rs in nodes_rows.items()}
         finally:
             if own:
                 store.close()
@@ -52,7 +61,8 @@ def on_node_summaries(cfg: Any, summaries: list[dict[str, Any]], slurm: Any = No
                 from gpuperf.slurm import Slurm
 
                 slurm = slurm or Slurm(cfg.general.slurm_bin_dir)
-                acts = policy.decide(rs, slurm.node_reasons(), "drain", cfg.checks.max_drained_share, only={node})
+                acts = policy.decide(whole.get(node, rs), slurm.node_reasons(), "drain", cfg.checks.max_drained_share,
+                                     only={node})
                 out["actions"] += policy.apply(acts, slurm, lg)
         return out
     except Exception as e:  # noqa: BLE001 - the fleet view is a bonus: the summaries are stored regardless

@@ -200,3 +200,44 @@ def test_ingest_ignores_summaries_without_fleet_figures(tmp_path: Path) -> None:
     assert st.ingest({"nodes": ["n1"], "fleet": [{"gpu": 0, "load": {}}]}) == 1
     (row,) = st.gpus()
     assert row["model"] == "unknown" and all(v is None for v in derive(row).values())
+
+
+class _Slurm:
+    """What ingest asks of Slurm: the nodes' states, and a drain."""
+
+    def __init__(self, nodes: dict):
+        self.nodes, self.drained = nodes, []
+
+    def node_reasons(self) -> dict:
+        return self.nodes
+
+    def drain(self, node: str, reason: str) -> None:
+        self.drained.append((node, reason))
+
+    def resume(self, node: str) -> None:
+        raise AssertionError(f"resume {node}")
+
+
+def test_a_drain_names_the_nodes_worst_gpu_even_when_the_batch_moved_another(tmp_path: Path, pools: dict) -> None:
+    """Two slow GPUs on n020, neither drained yet (a bound held it); a job on the milder one alone drains the
+    node: the reason names the worse GPU and counts the other."""
+    from gpuperf import config
+    from gpuperf.fleet import ingest
+
+    planted = {(20, 3): "slow_clock", (20, 5): "low_clock"}
+    st = _fleet(tmp_path, pools, planted, jobs=20)
+    ranked = [g for g in rank(st.gpus("n020"), st.model_stats(), 5.0) if g.flagged]
+    assert len(ranked) == 2
+    worst, milder = ranked   # rank puts the worst first
+    later = next(s for s in fs.fleet(nodes=56, jobs=1, planted=planted, seed=11, pools=pools, h200_nodes=12)
+                 if s["nodes"] == ["n020"])
+    later = dict(later, job_id=10**6, fleet=[e for e in later["fleet"] if e["gpu"] == milder.idx])
+    cfg = config.defaults()
+    cfg.data["fleet"]["policy"] = "drain"
+    slurm = _Slurm({fs.node_name(n): ("idle", "") for n in range(56)})
+    out = ingest.on_node_summaries(cfg, [later], slurm=slurm, store=st)
+    assert [(a["node"], a["action"], a["done"]) for a in out["actions"]] == [("n020", "drain", True)]
+    (node, reason), = slurm.drained
+    assert reason.startswith(f"gpuperf: gpu_slow: {worst.uuid} on n020 idx {worst.idx}: ") and reason.endswith(" (+1 more GPU)")
+    # the fold kept both flagged: the drain did not come from the mild GPU alone turning worse
+    assert [g.idx for g in rank(st.gpus("n020"), st.model_stats(), 5.0) if g.flagged] == [worst.idx, milder.idx]
