@@ -72,6 +72,17 @@ def query(url: str, q: str, at: float | None = None) -> list:
         return json.loads(r.read())["data"]["result"]
 
 
+def wait_scraped_after(url: str, metric: str, t: float, timeout: float = 30) -> None:
+    """Until every series of ``metric`` has a sample scraped after epoch ``t`` (a window's last scrape is in)."""
+    deadline = time.time() + timeout
+    while True:
+        stamps = [float(r["value"][1]) for r in query(url, f"timestamp({metric})")]
+        if stamps and min(stamps) > t:
+            return
+        assert time.time() < deadline, f"no scrape of {metric} after {t:.3f} within {timeout} s: {stamps}"
+        time.sleep(0.2)
+
+
 def scrape_health(url: str, metric: str, start: float, end: float) -> str:
     """Why a window may hold no samples, for a failing test's message: each target's last scrape and
     the samples of ``metric`` (any labels) in [start, end]."""

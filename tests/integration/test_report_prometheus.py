@@ -93,7 +93,7 @@ def _job_in_store(tmp: Path, base: str, mport: int, prom: promserver.Server) -> 
             exported.setdefault(g, set()).update(v)
         time.sleep(0.1)
     end = time.time()
-    time.sleep(2.0)  # the last scrape of the window is in
+    promserver.wait_scraped_after(url, "gpuperf_gpu_power_watts", end + 1.0)  # the last scrape of the window is in
     a = aggregates(job_id=JOB, node=NODE, ngpus=max(GPUS) + 1, seconds=WINDOW_S)
     a["gpus"] = {str(g): a["gpus"][str(g)] for g in GPUS}
     a["start"], a["end"] = start, end

@@ -70,7 +70,9 @@ def test_real_job_charts_from_prometheus_and_from_the_store_without_it(slurm_clu
                 job = c.sbatch("sleep 5\n", "--gres=gpu:2")
                 assert c.wait(job) == "COMPLETED"
                 assert _queue_state(c, job) == "done"
-            time.sleep(2.0)  # the scrapes of the job's last second are in
+            with clusterstore.ClusterStore(cfg["controller"]["store"], readonly=True) as st:
+                ended = st.job(job)["end"]
+            promserver.wait_scraped_after(prom.url, "gpuperf_gpu_power_watts", ended + 1.0)  # the job's last second is in
             cfg["report"] = {"prometheus_url": prom.url, "prometheus_scrape_s": 1.0, "prometheus_timeout_s": 2.0}
             c.write_gpuperf_config(cfg)
             page = c.dir / "out" / f"report-prom-{job}.html"
