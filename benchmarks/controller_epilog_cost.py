@@ -18,7 +18,6 @@ The machine is shared: its load average is printed with the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -27,7 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script
+
+import figures as figures_out  # benchmarks/figures.py, beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))

@@ -53,7 +53,7 @@ def _thin(gpu: dict[str, list], points: int) -> dict[str, list]:
     return out
 
 
-def compact(daemon_series: dict[str, dict[str, list]], points: int = MAX_POINTS, max_bytes: int = MAX_BYTES) -> dict | None:
+def compact(daemon_series: dict[str, dict[str, list]] | None, points: int = MAX_POINTS, max_bytes: int = MAX_BYTES) -> dict | None:
     """The daemon's ``series`` reply (gpu -> columns) as a bounded ``gpuperf.series.v1`` value; None when empty."""
     gpus = {str(g): s for g, s in (daemon_series or {}).items() if isinstance(s, dict) and s.get("t")}
     if not gpus or points <= 0:

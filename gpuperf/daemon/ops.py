@@ -143,8 +143,7 @@ class OpsMixin:
         if points <= 0:
             return None
         try:
-            ser = self._stored_series(aggs, points)
-            return series_mod.compact(ser or {}, points) if ser is not None else None
+            return series_mod.compact(self._stored_series(aggs, points), points)   # None: nothing to chart
         except Exception as e:  # noqa: BLE001 - no series makes the report chartless on the controller, nothing worse
             self.log.info("job %s: no series for the controller: %s", aggs.get("job_id"), e)  # type: ignore[attr-defined]
             return None

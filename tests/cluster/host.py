@@ -143,14 +143,22 @@ def read_pid(path: Path) -> int | None:
         return None
 
 
-def owned(pid: int, marker: str) -> bool:
-    """The process is alive and was started by this instance (its environment carries the marker)."""
+def alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie, exited and not yet reaped by its parent, has)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return False
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
+        return False
+
+
+def owned(pid: int, marker: str) -> bool:
+    """The process is alive and was started by this instance (its environment carries the marker)."""
+    if not alive(pid):
+        return False
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
         return False
     return f"{MARKER}={marker}".encode() in env
 

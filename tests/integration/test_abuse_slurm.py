@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster import host  # tests/ is on sys.path (its conftest.py)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_daemon_slurm import _configure, _start  # noqa: E402
 
@@ -56,7 +58,7 @@ def abuse(slurm_cluster):
     c.wait_record(victim, "epilog-slurmctld")
     vdir = c.run_dir / "jobs" / str(victim)
     # the daemon answers the epilog before its delivery thread writes the job's files: node_summary.json is last
-    _wait_file(vdir / "node_summary.json")
+    host.wait_for((vdir / "node_summary.json").exists, 15, f"job {victim}'s node summary")
     (vdir / "secret.txt").write_text(SECRET)
     state = {"c": c, "daemon": daemon, "victim": victim, "vdir": vdir, "figures": {},
              "victim_digest": _digest(vdir)}
@@ -65,13 +67,6 @@ def abuse(slurm_cluster):
     daemon.wait(10)
     (c.dir / "abuse_figures.json").write_text(json.dumps(state["figures"], indent=1, sort_keys=True))
     c.reset_gpuperf_config()
-
-
-def _wait_file(path: Path, timeout: float = 15) -> None:
-    end = time.time() + timeout
-    while not path.exists() and time.time() < end:
-        time.sleep(0.1)
-    assert path.exists(), f"{path} not written in {timeout} s"
 
 
 def _digest(d: Path) -> str:
@@ -104,7 +99,7 @@ def _run_case(a: dict, name: str, script: str, *sbatch_args: str, wait_s: float 
     assert not any("drain" in s or "down" in s for s in states.values()), states
     jdir = c.run_dir / "jobs" / str(job)
     summary_path = jdir / "node_summary.json"
-    _wait_file(summary_path)
+    host.wait_for(summary_path.exists, 15, f"job {job}'s node summary")
     s = json.loads(summary_path.read_text())
     assert SECRET not in summary_path.read_text() and "root:" not in summary_path.read_text()
     # thousands of planted entries cost root's log at most SHOWN lines and one "more" line

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+import promserver  # tests/ is on sys.path (its conftest.py)
+from cluster import host
+
 pytestmark = pytest.mark.slurm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,33 +39,6 @@ def _wait_port(port: int, proc: subprocess.Popen) -> None:
         except OSError:
             assert time.time() < end, "not listening"
             time.sleep(0.1)
-
-
-def _wait_port_closed(port: int, timeout: float = 20) -> None:
-    """Until nothing listens on the port: SIGTERM only asks the collector to stop at its next poll."""
-    import socket
-
-    end = time.time() + timeout
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        except OSError:
-            return
-        assert time.time() < end, f"port {port} still listening {timeout} s after SIGTERM"
-        time.sleep(0.1)
-
-
-def _wait_gone(pid: int, timeout: float = 20) -> None:
-    """Until the process has exited (gone, or a zombie: the daemon may be an unreaped child of pytest)."""
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return
-        except (OSError, IndexError):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"process {pid} still running {timeout} s after SIGTERM")
 
 
 def _start_daemon(c) -> subprocess.Popen:
@@ -262,7 +238,7 @@ def test_a_stopped_daemon_one_with_too_few_gpus_and_a_stopped_collector_are_name
     loaded = config.load(str(c.gpuperf_config_path))
     pid = client.call(loaded, "ping", timeout_s=2)["pid"]
     os.kill(pid, 15)
-    _wait_gone(pid)
+    host.wait_for(lambda: not host.alive(pid), 20, f"daemon {pid} to exit after SIGTERM")
     rc, by = doctor(c)
     assert rc == 1 and failed(by, "daemon"), by
     two = dict(cfg, daemon=dict(cfg["daemon"], backend=cfg["daemon"]["backend"].replace("gpus=4", "gpus=2")))
@@ -279,7 +255,7 @@ def test_a_stopped_daemon_one_with_too_few_gpus_and_a_stopped_collector_are_name
     out = subprocess.run(["fuser", "-k", "-TERM", f"{port}/tcp"], capture_output=True, text=True)
     if out.returncode != 0:
         pytest.skip("fuser cannot stop the collector here")
-    _wait_port_closed(port)
+    host.wait_for(lambda: not promserver.listening(port), 20, f"the collector to close port {port} after SIGTERM")
     rc, by = doctor(c)
     assert rc == 1 and failed(by, "collector"), by
 
@@ -299,11 +275,12 @@ def _stop_running(c, cfg) -> None:
     try:
         pid = client.call(config.load(str(c.gpuperf_config_path)), "ping", timeout_s=1)["pid"]
         os.kill(pid, 15)
-        _wait_gone(pid)
+        host.wait_for(lambda: not host.alive(pid), 20, f"daemon {pid} to exit after SIGTERM")
     except client.DaemonUnavailable:
         pass
     subprocess.run(["fuser", "-k", "-TERM", f"{cfg['controller']['port']}/tcp"], capture_output=True)
-    _wait_port_closed(cfg["controller"]["port"])
+    port = cfg["controller"]["port"]
+    host.wait_for(lambda: not promserver.listening(port), 20, f"the collector to close port {port} after SIGTERM")
 
 
 def _who(path: Path) -> tuple[int, str]:
