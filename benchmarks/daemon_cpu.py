@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuperf import config  # noqa: E402
+from gpuperf.files import config  # noqa: E402
 from gpuperf.daemon import client  # noqa: E402
 
 RECORDINGS = ROOT / "tests" / "data" / "recordings"

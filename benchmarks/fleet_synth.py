@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from gpuperf.aggregates import THROTTLE_BITS, JobAggregates
+from gpuperf.model.aggregates import THROTTLE_BITS, JobAggregates
 from gpuperf.fleet.load import node_figures
 from gpuperf.samplers.base import GpuSample
 from gpuperf.samplers.replay import load_recording

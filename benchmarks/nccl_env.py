@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from anywhere without installing gpuperf
 
-from gpuperf.affinity import format_cpu_list  # noqa: E402
+from gpuperf.affinity.plan import format_cpu_list  # noqa: E402
 from gpuperf.env import interval as iv, ncclbench as nb  # noqa: E402
 
 ABLATION_SIZES = "8KiB,128KiB,1MiB,8MiB,64MiB,512MiB"

@@ -49,7 +49,7 @@ def model_slug(name: str) -> str:
 def gpu_model() -> tuple[str, str]:
     """(GPU 0's name, driver version) from NVML."""
     sys.path.insert(0, str(REPO))
-    from gpuperf import nvmlq
+    from gpuperf.access import nvmlq
 
     m = nvmlq.nvml()
     name = nvmlq.query(m.nvmlDeviceGetName, m.nvmlDeviceGetHandleByIndex(0)) or "gpu"
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gpu_count() -> int:
-    from gpuperf import nvmlq
+    from gpuperf.access import nvmlq
 
     return nvmlq.query(nvmlq.nvml().nvmlDeviceGetCount) or 0
 

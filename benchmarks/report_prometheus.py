@@ -31,7 +31,7 @@ import promserver  # noqa: E402
 from report_render import median_s  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
 
-from gpuperf import series, summary  # noqa: E402
+from gpuperf.model import series, summary  # noqa: E402
 from gpuperf.controller import clusterstore, merge  # noqa: E402
 from gpuperf.report import promseries  # noqa: E402
 

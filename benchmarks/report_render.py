@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuperf import summary
-from gpuperf.aggregates import JobAggregates
+from gpuperf.model import summary
+from gpuperf.model.aggregates import JobAggregates
 from gpuperf.controller import clusterstore
 from gpuperf.report import html, terminal
 from gpuperf.samplers.replay import ReplaySampler

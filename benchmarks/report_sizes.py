@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpuperf import admincomment, summary
+from gpuperf.model import admincomment, summary
 from gpuperf.report import fromrecording
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -53,7 +53,7 @@ def time_call(fn: Callable[[], Any], n: int) -> tuple[float, float]:
 
 def nvml_calls(sampler: Any) -> dict[str, tuple[float, float]]:
     """Per-call cost of the NVML queries a sweep makes, plus the ones kept out of it."""
-    from gpuperf import nvmlq
+    from gpuperf.access import nvmlq
 
     m, h = sampler.m, sampler.gpus[0].handle
     q = nvmlq.query
@@ -80,7 +80,7 @@ def nvml_calls(sampler: Any) -> dict[str, tuple[float, float]]:
 
 def sparse_calls(sampler: Any, sweeps: int, interval_s: float) -> dict[str, float]:
     """Median CPU ms of each query when called once per interval, in sweep order (cold, as the daemon calls)."""
-    from gpuperf import nvmlq
+    from gpuperf.access import nvmlq
 
     m, h, q = sampler.m, sampler.gpus[0].handle, nvmlq.query
     order: list[tuple[str, Callable[[], Any]]] = [

@@ -148,7 +148,7 @@ def build(out: Path) -> tuple[Path, Path]:
 
 def plan_for_this_machine(job_id: int) -> str:
     """The hgx-h100-2s plan file (all shapes 1..8 tasks), CPUs and memory rewritten to ones here."""
-    from gpuperf import affinity as aff
+    from gpuperf.affinity import plan as aff
     from gpuperf.topology import load_node
 
     topo = load_node(str(REPO / "tests" / "data" / "nodes" / "hgx-h100-2s"), health=False).topology

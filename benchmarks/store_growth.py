@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from daemon_cpu import default_backend, write_config  # noqa: E402
 
-from gpuperf import config  # noqa: E402
+from gpuperf.files import config  # noqa: E402
 from gpuperf.daemon import protocol  # noqa: E402
 from gpuperf.daemon.server import Daemon  # noqa: E402
 from gpuperf.samplers import open_sampler  # noqa: E402

@@ -31,7 +31,7 @@ def prepare(tmp: Path, root: str) -> dict[str, str]:
            "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_STEP_ID": "0", "SLURM_CPUS_PER_TASK": "8",
            "CUDA_VISIBLE_DEVICES": "0,1,2,3", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": str(tmp)}
-    code = ("from gpuperf.prolog import envplan; from gpuperf.hook import run_hook; "
+    code = ("from gpuperf.prolog import envplan; from gpuperf.hookbase.hook import run_hook; "
             "import sys; sys.exit(run_hook('prolog', [('env', 'gpuperf.prolog.envplan:step')]))")
     subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(REPO)}, check=True,
                    capture_output=True, cwd="/")  # not the caller's directory: that may hold another checkout
@@ -62,8 +62,8 @@ def main() -> int:
           "  (the bars, beside a bare start: benchmarks/hook_latency.py)")
     py = os.path.join(os.path.dirname(args.exe), "python3")
     for label, code in (("bare interpreter start", "pass"),
-                        ("import gpuperf.hook (the hook runner's floor)", "import gpuperf.hook"),
-                        ("import gpuperf.hook + the env step", "import gpuperf.hook, gpuperf.prolog.envtask")):
+                        ("import gpuperf.hookbase.hook (the hook runner's floor)", "import gpuperf.hookbase.hook"),
+                        ("import gpuperf.hookbase.hook + the env step", "import gpuperf.hookbase.hook, gpuperf.prolog.envtask")):
         print(f"{label}: p50 {_p50([py, '-c', code], env, 20):.1f} ms")
     return 0 if exports else 1
 

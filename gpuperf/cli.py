@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         import os
 
         os.environ["GPUPERF_CONFIG"] = args.config
-    from gpuperf.config import ConfigError
+    from gpuperf.files.config import ConfigError
 
     try:
         return int(module.run(args) or 0)

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.checks.base import CheckEnv
 from gpuperf.checks.builtin import gpu_probe
 from gpuperf.fleet import probe

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpuperf import jobstate
+from gpuperf.files import jobstate
 from gpuperf.checks.base import CheckEnv, selected_gpus
 
 

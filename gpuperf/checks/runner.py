@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Callable, TypeVar
 
-from gpuperf import log
+from gpuperf.files import log
 from gpuperf.checks import history, xid
 from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec
 

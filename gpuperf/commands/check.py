@@ -42,7 +42,7 @@ def render(results: list[Any]) -> str:
 
 def _resume(cfg: Any, node: str, results: list[Any]) -> tuple[int, str]:
     from gpuperf.checks import policy
-    from gpuperf.slurm import Slurm, SlurmError
+    from gpuperf.access.slurm import Slurm, SlurmError
 
     slurm = Slurm(cfg.general.slurm_bin_dir)
     try:
@@ -64,8 +64,9 @@ def _resume(cfg: Any, node: str, results: list[Any]) -> tuple[int, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``gpuperf check``."""
-    from gpuperf import checks, config
-    from gpuperf.jobctx import parse_gpu_list
+    from gpuperf import checks
+    from gpuperf.files import config
+    from gpuperf.hookbase.jobctx import parse_gpu_list
 
     cfg = config.load()  # a ConfigError is reported by gpuperf.cli (exit 2, EXIT_CANNOT)
     gpus = parse_gpu_list(args.gpus) if args.gpus else []

@@ -7,8 +7,8 @@ import argparse
 import signal
 import threading
 
-from gpuperf import config as config_mod
-from gpuperf import log
+from gpuperf.files import config as config_mod
+from gpuperf.files import log
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 def _prepare_state_dir(cfg, logger) -> None:
     """state_dir as ``general.state_group`` says, before a store opens in it (each start: after systemd's
     StateDirectory= handling); a problem is logged and the stores stay private."""
-    from gpuperf import statefiles
+    from gpuperf.files import statefiles
 
     try:
         statefiles.prepare_state_dir(cfg.general.state_dir, cfg.general.state_group)

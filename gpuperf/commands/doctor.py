@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from gpuperf import watchdog
+from gpuperf.hookbase import watchdog
 from gpuperf.commands.check import exit_code
 from gpuperf.commands.doctor_checks import (CTLD_HOOK_KEYS, HOOK_KEYS, NO_SUCH_JOB, Facts, Finding,  # noqa: F401
                                             diagnose)
@@ -113,7 +113,7 @@ def _mode_facts(cfg: Any) -> dict[str, tuple[int, bool, str, str]]:
 
 
 def _state_group_facts(cfg: Any, f: Facts) -> None:
-    from gpuperf import statefiles
+    from gpuperf.files import statefiles
 
     f["state_group"] = cfg.general.state_group
     if cfg.general.state_group:
@@ -125,7 +125,7 @@ def _state_group_facts(cfg: Any, f: Facts) -> None:
 
 def gather(role: str, node_name: str) -> Facts:
     """Read everything the checks need from this host (Slurm, gpuperf's config, daemon, collector, munge)."""
-    from gpuperf import config as config_mod
+    from gpuperf.files import config as config_mod
 
     f: Facts = {"node_name": node_name}
     try:

@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_here(args: argparse.Namespace, cfg: Any, environ: dict[str, str]) -> tuple[Any, Any, dict[str, Any]]:
     """(final plan for one task, job shape, topology) for this node and the options given."""
-    from gpuperf import jobctx
+    from gpuperf.hookbase import jobctx
     from gpuperf.prolog import envplan, envtask
 
     topo = envplan.load_topology(cfg, args.root)
@@ -60,7 +60,7 @@ def render_text(plan: Any, explain: bool) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``gpuperf env``."""
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.env.rules import RuleError
 
     cfg = config.load()  # a ConfigError is reported by gpuperf.cli (exit 2)

@@ -9,8 +9,8 @@ import os
 import sqlite3
 import sys
 
-from gpuperf import config as config_mod
-from gpuperf import log
+from gpuperf.files import config as config_mod
+from gpuperf.files import log
 from gpuperf.commands.report import is_admin
 from gpuperf.fleet import policy
 from gpuperf.fleet.fingerprint import FleetStore, default_path
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     actions: list[dict] = []
     if args.apply:
-        from gpuperf.slurm import Slurm, SlurmError
+        from gpuperf.access.slurm import Slurm, SlurmError
 
         slurm = Slurm(cfg.general.slurm_bin_dir)
         try:

@@ -17,7 +17,7 @@ import sys
 import time
 from datetime import datetime
 
-from gpuperf import config as config_mod
+from gpuperf.files import config as config_mod
 from gpuperf.commands.report import is_admin
 from gpuperf.controller import clusterstore
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 def _from_sacct(cfg, since: float, user: str | None, sort: str, limit: int | None) -> list[dict] | None:
     """Rows from one sacct call over the period; None (and a message) when sacct fails."""
     from gpuperf.report import sacctrows
-    from gpuperf.slurm import Slurm, SlurmError
+    from gpuperf.access.slurm import Slurm, SlurmError
 
     start = datetime.fromtimestamp(since).strftime("%Y-%m-%dT%H:%M:%S")
     try:

@@ -19,9 +19,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuperf import admincomment, config as config_mod, diagnosis, jobstate, summary as summary_mod
+from gpuperf.model import admincomment, summary as summary_mod
+from gpuperf.files import config as config_mod, jobstate
+from gpuperf import diagnosis
 from gpuperf.controller import clusterstore
-from gpuperf.slurm import Slurm, SlurmError
+from gpuperf.access.slurm import Slurm, SlurmError
 
 
 SERIES_SOURCES = ("auto", "prometheus", "daemon", "controller")
@@ -84,7 +86,7 @@ def _series(cfg, job_id: int, max_points: int) -> dict | None:
 
 def _series_from_controller(cfg, job_id: int, offsets: dict[str, float]) -> dict | None:
     """The series the job's nodes sent with their summaries, from the controller's store (any host)."""
-    from gpuperf import series as series_mod
+    from gpuperf.model import series as series_mod
 
     try:
         with clusterstore.ClusterStore(clusterstore.default_path(cfg), readonly=True) as store:
@@ -116,7 +118,7 @@ class Series:
 
 
 def _series_from_prometheus(cfg, s: dict, max_points: int) -> dict | None:
-    from gpuperf import series as series_mod
+    from gpuperf.model import series as series_mod
     from gpuperf.report import promseries
 
     r = cfg.report

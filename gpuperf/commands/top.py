@@ -11,8 +11,8 @@ import json
 import time
 from typing import Any
 
-from gpuperf import config as config_mod
-from gpuperf.aggregates import THROTTLE_BITS
+from gpuperf.files import config as config_mod
+from gpuperf.model.aggregates import THROTTLE_BITS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _configured_root() -> str:
     # the recorder runs on bare GPU machines: a config that cannot be loaded must not stop it
     try:
-        from gpuperf import config
+        from gpuperf.files import config
 
         return config.load_or_defaults().general.node_root
     except Exception:  # noqa: BLE001

@@ -15,7 +15,7 @@ import time
 import zlib
 from typing import Protocol
 
-from gpuperf.slurm import Slurm, SlurmError
+from gpuperf.access.slurm import Slurm, SlurmError
 
 NOT_IN_DB = "sacct does not show it yet (job not in the database)"
 

@@ -17,7 +17,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gpuperf import jsoncodec, series as series_mod, statefiles
+from gpuperf.files import jsoncodec, statefiles
+from gpuperf.model import series as series_mod
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS node_summaries (

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 import zmq
 
-from gpuperf import log, summary as summary_mod
+from gpuperf.files import log
+from gpuperf.model import summary as summary_mod
 from gpuperf.controller import clusterstore, transport
 
 BATCH = 256

@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpuperf import jobstate, log
-from gpuperf import summary as summary_mod
+from gpuperf.files import jobstate, log
+from gpuperf.model import summary as summary_mod
 
 SKEW_S = 120.0
 MERGE_RECORD = "merge"

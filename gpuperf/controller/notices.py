@@ -14,8 +14,8 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuperf import log
-from gpuperf.slurm import expand_hostlist
+from gpuperf.files import log
+from gpuperf.access.slurm import expand_hostlist
 
 SUFFIX = ".ended"
 

@@ -26,7 +26,8 @@ import threading
 import time
 from typing import Callable
 
-from gpuperf import admincomment, config as config_mod, jobdirs, log
+from gpuperf.model import admincomment
+from gpuperf.files import config as config_mod, jobdirs, log
 from gpuperf.controller import accounting, clusterstore, merge, notices
 from gpuperf.controller.collector import Collector
 from gpuperf.controller.queue import JobQueue, batch_sizes

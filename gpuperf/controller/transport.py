@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import zmq
 
-from gpuperf import jsoncodec, log, series as series_mod
+from gpuperf.files import jsoncodec, log
+from gpuperf.model import series as series_mod
 from gpuperf.controller import libmunge
 
 KIND = b"gpuperf.node-summary.v1"
@@ -163,7 +164,7 @@ def controller_endpoint(cfg) -> str:
     """tcp://host:port of the controller's collector: ``controller.address`` or SlurmctldHost."""
     addr = cfg.controller.address
     if not addr:
-        from gpuperf.slurm import Slurm
+        from gpuperf.access.slurm import Slurm
 
         addr = Slurm(cfg.general.slurm_bin_dir).ctld_host()
     host, sep, port = addr.rpartition(":")

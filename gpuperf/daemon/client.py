@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from gpuperf import jsonlite
+from gpuperf.files import jsonlite
 from gpuperf.daemon import protocol
 from gpuperf.daemon.protocol import control_endpoint, user_endpoint
 

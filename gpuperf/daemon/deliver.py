@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpuperf import jobstate, log
+from gpuperf.files import jobstate, log
 
 
 def pending_dir(state_dir: str) -> Path:
@@ -101,7 +101,7 @@ def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tupl
     except (OSError, TypeError, ValueError) as e:
         out["errors"].append(f"aggregates.json: {e}")
     try:
-        from gpuperf.summary import node_summary
+        from gpuperf.model.summary import node_summary
     except ImportError as e:
         out["errors"].append(f"no summary module: {e}")
         return out, None

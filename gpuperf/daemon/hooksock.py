@@ -17,7 +17,7 @@ import _socket  # the client's socket: ``socket`` adds enum, selectors and ~2 ms
 import os
 import time
 
-from gpuperf import jsonlite
+from gpuperf.files import jsonlite
 from gpuperf.daemon import protocol
 
 TYPE_CHECKING = False

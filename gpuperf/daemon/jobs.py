@@ -9,7 +9,7 @@ from typing import Any
 
 import psutil
 
-from gpuperf.aggregates import GAP_FACTOR, JobAggregates
+from gpuperf.model.aggregates import GAP_FACTOR, JobAggregates
 from gpuperf.daemon import deliver as deliver_mod
 from gpuperf.daemon import protocol
 from gpuperf.samplers.base import GpuSample

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
-from gpuperf.aggregates import FOLDED_FIELDS, THROTTLE_BITS
+from gpuperf.model.aggregates import FOLDED_FIELDS, THROTTLE_BITS
 from gpuperf.samplers.base import GpuSample
 
 # a View: what the daemon's main thread last published (immutable snapshot, read from the HTTP thread)

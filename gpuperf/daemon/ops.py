@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuperf import series as series_mod
-from gpuperf.aggregates import JobAggregates
+from gpuperf.model import series as series_mod
+from gpuperf.model.aggregates import JobAggregates
 from gpuperf.daemon import protocol
 from gpuperf.daemon.pub import sample_dict
 

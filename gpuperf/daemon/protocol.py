@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from gpuperf import jsonlite  # the prolog encodes with it: ``json`` would import re (~1/3 of its start)
+from gpuperf.files import jsonlite  # the prolog encodes with it: ``json`` would import re (~1/3 of its start)
 
 TYPE_CHECKING = False  # the prolog imports this module: typing would cost it ~3 ms
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import IO, Any, Callable
 
-from gpuperf import jobdirs, log
+from gpuperf.files import jobdirs, log
 from gpuperf.daemon import hostscan, xids
 from gpuperf.daemon.attribution import Attributor
 from gpuperf.daemon.channels import Channels, pub_endpoint  # noqa: F401 - part of this module's interface

@@ -29,8 +29,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpuperf import statefiles
-from gpuperf.aggregates import FOLDED_FIELDS
+from gpuperf.files import statefiles
+from gpuperf.model.aggregates import FOLDED_FIELDS
 from gpuperf.samplers.base import GpuSample
 
 SERIES_FIELDS: tuple[str, ...] = FOLDED_FIELDS + ("throttle_reasons",)

@@ -18,7 +18,7 @@ def open_source(sampler: Any, log: Any) -> XidSource | None:
     if getattr(sampler, "name", None) != "nvml":
         return None
     try:
-        from gpuperf import nvmlq
+        from gpuperf.access import nvmlq
 
         src = nvmlq.XidEvents(list(range(sampler.gpu_count())))
     except Exception as e:  # noqa: BLE001 - no events: XIDs still reach the checks through the kernel log

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuperf import gpuspecs
+from gpuperf.model import gpuspecs
 from gpuperf.diagnosis import advice, phases, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
@@ -144,7 +144,7 @@ def _unused(gpus: list[dict], th: dict[str, float]) -> tuple[dict[str, Any] | No
 
 def _restrict(summary: dict, gpus: list[dict]) -> dict:
     """The summary as if the job had held only ``gpus`` (job-wide figures recomputed)."""
-    from gpuperf.summary import job_totals  # summary imports this package; the reverse only at call time
+    from gpuperf.model.summary import job_totals  # summary imports this package; the reverse only at call time
 
     job = job_totals(gpus)
     if job.get("idle_pct") is None:

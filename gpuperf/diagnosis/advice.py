@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuperf import gpuspecs
+from gpuperf.model import gpuspecs
 from gpuperf.diagnosis.signals import Signals, pct
 
 _BALANCE = "balance the work across GPUs (some GPUs far less busy than others: stragglers, uneven stages)"

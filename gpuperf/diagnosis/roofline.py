@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuperf import gpuspecs
+from gpuperf.model import gpuspecs
 from gpuperf.diagnosis.signals import num
 
 # Largest error of the estimates on the ground-truth recordings (H100, H200), rounded up with margin.

@@ -128,7 +128,8 @@ def clean_env(base: dict[str, str]) -> dict[str, str]:
 def rank_cpus(world: int, root: str | None = None) -> list[list[int]]:
     """CPUs for each of ``world`` ranks on GPUs 0..world-1: gpuperf's affinity plan (the cores next to
     each GPU) where the node has several NUMA nodes, else this process's CPUs in equal disjoint chunks."""
-    from gpuperf import affinity, topology
+    from gpuperf.affinity import plan as affinity
+    from gpuperf import topology
 
     mine = sorted(os.sched_getaffinity(0))
     try:
@@ -173,7 +174,7 @@ def run_once(env_set: dict[str, str], world: int, backend: str, device: str, siz
     gets the worker's notes: queued repeats taken again (``starved``), its CPUs, its timings.
     Raises RuntimeError when a worker fails or the group outlives ``timeout_s``.
     """
-    from gpuperf.affinity import format_cpu_list
+    from gpuperf.affinity.plan import format_cpu_list
 
     port = _free_port()
     with tempfile.TemporaryDirectory() as d:

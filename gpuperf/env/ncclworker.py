@@ -120,7 +120,7 @@ def pin_self() -> list[int] | None:
     text = os.environ.get("GPUPERF_BENCH_CPUS", "")
     if not text:
         return None
-    from gpuperf.affinity import parse_cpu_list
+    from gpuperf.affinity.plan import parse_cpu_list
 
     cpus = parse_cpu_list(text)
     os.sched_setaffinity(0, cpus)

@@ -20,7 +20,7 @@ import fnmatch
 import re
 from typing import Any, NamedTuple
 
-from gpuperf import tomlw
+from gpuperf.files import tomlw
 from gpuperf.env.policy import FORCE_REQUIRED, VARIABLE_CLASSES
 
 MATCH_KEYS: dict[str, str] = {

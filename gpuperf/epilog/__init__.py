@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuperf.hook import main_guard, run_hook
+from gpuperf.hookbase.hook import main_guard, run_hook
 
 STEPS: list[tuple[str, str]] = [
     ("finalize", "gpuperf.epilog.finalize:step"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from gpuperf import jobstate
+from gpuperf.files import jobstate
 from gpuperf.daemon import client
 
 TYPE_CHECKING = False
@@ -32,7 +32,8 @@ def job_series(cfg: Any, job_id: int) -> dict | None:
     points = cfg.controller.series_points
     if points <= 0:
         return None
-    from gpuperf import log, series as series_mod
+    from gpuperf.files import log
+    from gpuperf.model import series as series_mod
 
     try:
         got = client.request(cfg, "series", {"job_id": job_id, "max_points": points}).get("series")
@@ -51,7 +52,7 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     try:
         reply = client.call(cfg, "finalize", {**job, "deliver": True})
     except client.DaemonUnavailable as e:
-        from gpuperf import log
+        from gpuperf.files import log
         from gpuperf.daemon import deliver
 
         marker = deliver.write_pending(cfg.general.state_dir, "finalize", job, context)
@@ -61,7 +62,7 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     if reply.get("ok") and reply.get("queued"):
         state.data["finalize"] = {"ok": True, "queued": True, "outbox": reply.get("outbox")}
         return
-    from gpuperf import log
+    from gpuperf.files import log
     from gpuperf.daemon import deliver
 
     if not reply.get("ok") or not isinstance(reply.get("aggregates"), dict):

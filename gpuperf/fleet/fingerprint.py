@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpuperf import statefiles
+from gpuperf.files import statefiles
 from gpuperf.fleet.errors import COUNTERS as ERROR_COUNTERS
 
 DECAY = 0.97                 # weight of the history at each new job (half-life ~23 jobs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuperf import log
+from gpuperf.files import log
 from gpuperf.fleet import policy
 from gpuperf.fleet.fingerprint import FleetStore, default_path
 from gpuperf.fleet.ranking import rank
@@ -58,7 +58,7 @@ def on_node_summaries(cfg: Any, summaries: list[dict[str, Any]], slurm: Any = No
             for g in flagged:
                 lg.warning("fleet: flagged %s", g.headline)
             if flagged and cfg.fleet.policy == "drain":
-                from gpuperf.slurm import Slurm
+                from gpuperf.access.slurm import Slurm
 
                 slurm = slurm or Slurm(cfg.general.slurm_bin_dir)
                 acts = policy.decide(whole.get(node, rs), slurm.node_reasons(), "drain", cfg.checks.max_drained_share,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gpuperf import jobstate
+from gpuperf.files import jobstate
 
 SCRIPT = Path(__file__).with_name("probe_script.py")
 # a GPU this much below the best of its model on the node is slow: loose, because boards differ at the

@@ -29,7 +29,7 @@ def _run() -> int:
         outcome = fast.Outcome(why=f"fast path failed: {type(e).__name__}: {e}")
     if outcome.exit_code is not None:
         return outcome.exit_code
-    from gpuperf.hook import HookState, run_hook
+    from gpuperf.hookbase.hook import HookState, run_hook
 
     state = HookState()
     state.data["fast_path"] = outcome.why
@@ -40,7 +40,7 @@ def _run() -> int:
 
 def main() -> int:
     """Entry point of gpuperf-prolog."""
-    from gpuperf.guard import main_guard
+    from gpuperf.hookbase.guard import main_guard
 
     return main_guard(_run)
 

@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuperf import affinity, jobstate, safeio
-from gpuperf.config import Config
-from gpuperf.hook import HookState
-from gpuperf.jobctx import JobContext
-from gpuperf.slurm import Slurm, SlurmError
+from gpuperf.affinity import plan as affinity
+from gpuperf.files import jobstate, safeio
+from gpuperf.files.config import Config
+from gpuperf.hookbase.hook import HookState
+from gpuperf.hookbase.jobctx import JobContext
+from gpuperf.access.slurm import Slurm, SlurmError
 
 PLAN_FILE = "affinity.plan"
 APPLIED_DIR = "applied"

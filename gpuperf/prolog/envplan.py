@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from gpuperf import jobstate, log, safeio
+from gpuperf.files import jobstate, log, safeio
 from gpuperf.env import policy as envpolicy
 from gpuperf.env.policy import EnvPlan, JobShape
 from gpuperf.env.ncclver import nccl_system

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from gpuperf import jobstate, safeio
+from gpuperf.files import jobstate, safeio
 
 # the plan as data and the per-task decisions, not the node's policy (``env.policy``): this runs in
 # every task, and ``tests/unit/test_hook_imports.py`` keeps its imports light

@@ -36,7 +36,8 @@ def try_daemon(environ: Mapping[str, str]) -> Outcome:
     """Ask the daemon to run this prolog; never raises for a daemon that is absent, slow or refusing."""
     import os
 
-    from gpuperf import config, hookconf
+    from gpuperf.files import config
+    from gpuperf.hookbase import hookconf
     from gpuperf.daemon import hooksock
 
     cfg = hookconf.load_or_defaults()

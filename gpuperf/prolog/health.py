@@ -15,9 +15,10 @@ import sys
 import time
 from typing import Any
 
-from gpuperf import log, watchdog
+from gpuperf.files import log
+from gpuperf.hookbase import watchdog
 from gpuperf.checks import base, policy
-from gpuperf.hook import HookVerdict
+from gpuperf.hookbase.hook import HookVerdict
 
 EXIT_UNHEALTHY = 1
 
@@ -56,7 +57,7 @@ def _local(cfg: Any, gpus: list[int]) -> list[base.CheckResult]:
 def act_on_failure(node: str | None, job_id: int | None, failing: list[base.CheckResult], cfg: Any,
                    rec: dict[str, Any]) -> None:
     """Drain (within the safety bound) and requeue; raises HookVerdict when the job must not run here."""
-    from gpuperf.slurm import Slurm, SlurmError
+    from gpuperf.access.slurm import Slurm, SlurmError
 
     logger = log.get("checks")
     reason = policy.drain_reason(failing)
@@ -92,7 +93,7 @@ def act_on_failure(node: str | None, job_id: int | None, failing: list[base.Chec
 
 def _drain(slurm: Any, node: str, current: tuple[str, str], reason: str) -> str:
     """Drain with gpuperf's reason, unless someone else drained the node first (their reason stays)."""
-    from gpuperf.slurm import SlurmError
+    from gpuperf.access.slurm import SlurmError
 
     state, other = current
     if policy.is_drained(state) and other and not other.startswith(policy.PREFIX):
@@ -108,7 +109,7 @@ def _drain(slurm: Any, node: str, current: tuple[str, str], reason: str) -> str:
 
 def _requeue(slurm: Any, job_id: int) -> str:
     """Requeue without a hold; when Slurm refuses (--no-requeue), the non-zero exit lets Slurm cancel or hold it."""
-    from gpuperf.slurm import SlurmError
+    from gpuperf.access.slurm import SlurmError
 
     try:
         slurm.requeue(job_id)
@@ -180,8 +181,8 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
 
 def _main(argv: list[str]) -> int:
     """``python -m gpuperf.prolog.health eligible-now JOBID``: the detached helper of a requeue."""
-    from gpuperf import config
-    from gpuperf.slurm import Slurm, SlurmError
+    from gpuperf.files import config
+    from gpuperf.access.slurm import Slurm, SlurmError
 
     if len(argv) != 2 or argv[0] != "eligible-now" or not argv[1].isdigit():
         print("usage: python -m gpuperf.prolog.health eligible-now JOBID", file=sys.stderr)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping
 
-from gpuperf import config, jobctx, log
+from gpuperf.files import config, log
+from gpuperf.hookbase import jobctx
 from gpuperf.checks import base
-from gpuperf.hook import HookState, record_state, run_steps
+from gpuperf.hookbase.hook import HookState, record_state, run_steps
 from gpuperf.prolog import health as health_step
 from gpuperf.prolog import register as register_step
 

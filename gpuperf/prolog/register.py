@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from gpuperf import log
+from gpuperf.files import log
 from gpuperf.daemon import client, deliver
 
 

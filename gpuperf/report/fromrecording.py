@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuperf.aggregates import JobAggregates
+from gpuperf.model.aggregates import JobAggregates
 from gpuperf.samplers.replay import ReplaySampler, load_recording
 
 SERIES_FIELDS = ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "util_gpu_pct", "power_w",
@@ -86,7 +86,7 @@ def window_job(path: str, gpus: int | None = None,
     import os
     import tempfile
 
-    from gpuperf import summary
+    from gpuperf.model import summary
 
     with tempfile.TemporaryDirectory() as d:
         aggs, series = replay_job(trimmed(path, os.path.join(d, "window.jsonl"), window), job_id=7, node="rec", gpus=gpus,

@@ -15,7 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.offline
 
-from gpuperf import gpuspecs
+from gpuperf.model import gpuspecs
 from gpuperf.diagnosis import roofline
 from gpuperf.report import fleetsection, terminal
 

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpuperf.daemon.metrics import _unit_name  # the exporter's own naming: the names queried are the names exported
-from gpuperf.series import FIELDS as SERIES_FIELDS
+from gpuperf.model.series import FIELDS as SERIES_FIELDS
 
 
 def _metric(field: str) -> tuple[str, float]:

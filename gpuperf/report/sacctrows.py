@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from gpuperf import admincomment
+from gpuperf.model import admincomment
 
 FIELDS = ("JobID", "User", "UID", "Start", "End", "NodeList", "AllocTRES", "AdminComment%65535")
 SORT_KEYS = {"waste": "wasted_gpu_hours", "energy": "energy_j", "gpu-hours": "gpu_hours", "end": "end"}

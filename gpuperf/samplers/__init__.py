@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gpuperf import log
+from gpuperf.files import log
 from gpuperf.samplers.base import GpuSample, Sampler, SamplerUnavailable
 
 __all__ = ["GpuSample", "Sampler", "SamplerUnavailable", "open_sampler", "register", "backends", "probe"]

@@ -18,7 +18,8 @@ import sys
 import time
 from typing import Any
 
-from gpuperf import log, nvmlq
+from gpuperf.files import log
+from gpuperf.access import nvmlq
 from gpuperf.samplers.base import GpuSample, SamplerUnavailable
 
 # Where DCGM packages install their Python bindings (DCGM 4 Debian/RPM packages, then DCGM 3).

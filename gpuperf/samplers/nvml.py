@@ -1,6 +1,6 @@
 """The ``nvml`` backend: NVML per GPU per sweep, plus GPM metrics on Hopper and later.
 
-Every NVML call goes through ``gpuperf.nvmlq.query`` (NotSupported -> None). Costs (FACTS.md):
+Every NVML call goes through ``gpuperf.access.nvmlq.query`` (NotSupported -> None). Costs (FACTS.md):
 basic queries are 1-7 us each, one GPM sample 0.5-0.7 ms, the total-energy counter ~4 ms, so the
 energy counter is read only in ``read_energy()``. ``nvmlDeviceGetPcieThroughput`` is never called:
 it samples for 20 ms inside the call; PCIe rates come from GPM or from cumulative byte counters.
@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuperf import log, nvmlq
+from gpuperf.files import log
+from gpuperf.access import nvmlq
 from gpuperf.samplers.base import GpuSample, SamplerUnavailable
 
 MIB = 1024 * 1024

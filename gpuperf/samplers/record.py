@@ -16,7 +16,8 @@ import sys
 import time
 from typing import IO, Any
 
-from gpuperf import __version__, nvmlq
+from gpuperf import __version__
+from gpuperf.access import nvmlq
 from gpuperf.samplers.base import Sampler, SamplerUnavailable
 from gpuperf.samplers.replay import SCHEMA
 

@@ -1,6 +1,6 @@
 """The live NVML snapshot (``gpuperf.gpus.v1``, docs/CONTRACTS.md): static GPU facts plus health state.
 
-Every NVML call goes through ``gpuperf.nvmlq``; NotSupported becomes ``None``. A GPU whose handle
+Every NVML call goes through ``gpuperf.access.nvmlq``; NotSupported becomes ``None``. A GPU whose handle
 cannot be had is kept as ``{"index": i, "error": "..."}`` so one broken GPU costs only itself.
 """
 
@@ -10,7 +10,7 @@ import socket
 import time
 from typing import Any
 
-from gpuperf import nvmlq
+from gpuperf.access import nvmlq
 
 SCHEMA = "gpuperf.gpus.v1"
 

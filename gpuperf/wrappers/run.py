@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from gpuperf import affinity, config, jobctx, jobstate
-from gpuperf.affinity import RankPlan
+from gpuperf.affinity import plan as affinity
+from gpuperf.files import config, jobstate
+from gpuperf.hookbase import jobctx
+from gpuperf.affinity.plan import RankPlan
 
 USAGE = "usage: gpuperf-run CMD [ARGS...]   (pins the task next to its GPU, sets gpuperf's environment, execs CMD)"
 # set_mempolicy(2) is not in libc: the syscall number per architecture

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuperf import config as gpuperf_config
+from gpuperf.files import config as gpuperf_config
 
 ROOT = Path("/tmp")
 # GPUPERF_PREFIX: where tests/run.sh installed gpuperf (default /opt/gpuperf; parallel checkouts use their own)
@@ -345,6 +345,6 @@ def _table(out: list[str], name: str, values: dict[str, Any], header: str) -> No
 
 
 def _value(v: Any) -> str:
-    from gpuperf import tomlw
+    from gpuperf.files import tomlw
 
     return tomlw.value(v)

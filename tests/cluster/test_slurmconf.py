@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 
 try:
     from cluster import slurmconf as sc
@@ -122,7 +122,7 @@ def test_hook_wrappers_choose_the_nodes_config(tmp_path):
 
 
 def test_prolog_epilog_timeout_is_the_snippets_and_above_every_watchdog_bound_with_its_margin():
-    from gpuperf import watchdog
+    from gpuperf.hookbase import watchdog
     from gpuperf.commands.doctor_checks import TIMEOUT_MARGIN_S
 
     snippet = (Path(__file__).parents[2] / "packaging" / "slurm.conf.snippet").read_text()

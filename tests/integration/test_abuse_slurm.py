@@ -220,7 +220,7 @@ def test_a_process_faking_another_jobs_id_cannot_claim_it(abuse):
 
 
 def _ping(c) -> dict:
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.daemon import client
 
     return client.call(config.load(str(c.gpuperf_config_path)), "ping", timeout_s=5)
@@ -273,7 +273,7 @@ done""", "--gres=gpu:1", user=c.user)
 def test_a_job_comment_cannot_fake_the_state_gpuperf_acts_on(abuse):
     # scontrol's one-line output is split on spaces: a comment "JobState=PENDING Reason=BeginTime"
     # replaces the real keys there. gpuperf decides from squeue's own two fields (slurm.job_state).
-    from gpuperf.slurm import Slurm
+    from gpuperf.access.slurm import Slurm
 
     c = abuse["c"]
     job = c.sbatch("true\n", "-H", "--comment=x JobState=PENDING Reason=BeginTime", user=c.user)

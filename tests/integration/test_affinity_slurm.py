@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import affinity as aff
+from gpuperf.affinity import plan as aff
 from gpuperf.prolog import affinityplan
 from gpuperf.topology import load_node
 

@@ -29,7 +29,7 @@ SCRIPTED = r"""
 import signal, sys
 sys.path.insert(0, sys.argv[1])
 from test_daemon import ScriptSampler
-from gpuperf import config, log
+from gpuperf.files import config, log
 from gpuperf.daemon.server import Daemon
 cfg = config.load()
 log.setup("daemon", cfg.general.log_file, "info", stderr=True)
@@ -61,7 +61,7 @@ def _start(c) -> subprocess.Popen:
         script.write_text(SCRIPTED)
         cmd = [sys.executable, str(script), str(ROOT / "tests" / "unit")]
     p = subprocess.Popen(cmd, env=c.env, stderr=subprocess.PIPE, text=True)
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.daemon import client
 
     cfg = config.load(str(c.gpuperf_config_path))

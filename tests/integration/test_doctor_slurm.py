@@ -42,7 +42,7 @@ def _wait_port(port: int, proc: subprocess.Popen) -> None:
 
 
 def _start_daemon(c) -> subprocess.Popen:
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.daemon import client
 
     p = subprocess.Popen([str(BIN / "gpuperf"), "daemon", "--foreground"], env=c.env, stderr=subprocess.PIPE, text=True)
@@ -233,7 +233,7 @@ def test_a_controller_clock_10_minutes_off_is_named(installed):
 def test_a_stopped_daemon_one_with_too_few_gpus_and_a_stopped_collector_are_named(installed):
     c, cfg = installed
     from gpuperf.daemon import client
-    from gpuperf import config
+    from gpuperf.files import config
 
     loaded = config.load(str(c.gpuperf_config_path))
     pid = client.call(loaded, "ping", timeout_s=2)["pid"]
@@ -269,7 +269,7 @@ def test_a_user_who_may_not_change_jobs_is_told_on_the_controller(installed):
 
 def _stop_running(c, cfg) -> None:
     """Stop the module's daemon and collector wherever an earlier test left them."""
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.daemon import client
 
     try:

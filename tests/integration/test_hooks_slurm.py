@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 
 pytestmark = pytest.mark.slurm
 

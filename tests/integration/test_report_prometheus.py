@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config, series, summary
+from gpuperf.files import config
+from gpuperf.model import series, summary
 from gpuperf.commands import report
 from gpuperf.controller import clusterstore, merge
 

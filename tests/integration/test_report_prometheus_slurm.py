@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.commands import report
 from gpuperf.controller import clusterstore
 

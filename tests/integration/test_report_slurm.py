@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import admincomment, summary
+from gpuperf.model import admincomment, summary
 from gpuperf.controller import clusterstore
 from gpuperf.report import fromrecording
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[2]
 PY = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/python"
 RECORDINGS = sorted((ROOT / "tests" / "data" / "recordings").glob("*.jsonl*"))
-SEND = ("import json, sys\nfrom gpuperf import config\nfrom gpuperf.controller import transport\n"
+SEND = ("import json, sys\nfrom gpuperf.files import config\nfrom gpuperf.controller import transport\n"
         "cfg = config.load()\ns = json.load(open(sys.argv[1]))\n"
         "try:\n    print(json.dumps(transport.send_node_summary(cfg, s, timeout_s=3, attempts=1)))\n"
         "except transport.TransportError as e:\n    print('REFUSED', e)\n    sys.exit(3)\n")
@@ -216,7 +216,7 @@ def test_end_to_end_with_the_node_daemon(slurm_cluster):
     the EpilogSlurmctld writes it: sacct ends up with exactly what the node computed. Live report too."""
     if not RECORDINGS:
         pytest.skip("no recording in tests/data/recordings for the daemon to replay")
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.daemon import client
 
     c = slurm_cluster

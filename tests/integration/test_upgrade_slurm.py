@@ -18,7 +18,7 @@ import pytest
 from test_doctor_slurm import RECORDING, _start_daemon, _stop, _wait_port
 from test_report_slurm import _admin_comment, _queue_state
 
-from gpuperf import admincomment
+from gpuperf.model import admincomment
 
 pytestmark = pytest.mark.slurm
 

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-from gpuperf import config, log
+from gpuperf.files import config, log
 from gpuperf.controller import accounting, service
 
 

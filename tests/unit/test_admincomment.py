@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuperf import admincomment, summary
+from gpuperf.model import admincomment, summary
 from report_fixtures import aggregates, context
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import affinity as aff
-from gpuperf import config
-from gpuperf.hook import HookState
-from gpuperf.jobctx import JobContext
+from gpuperf.affinity import plan as aff
+from gpuperf.files import config
+from gpuperf.hookbase.hook import HookState
+from gpuperf.hookbase.jobctx import JobContext
 from gpuperf.prolog import affinityplan
 from gpuperf.wrappers import run as gprun
 from gpuperf.topology import load_node

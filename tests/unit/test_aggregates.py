@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.aggregates import GAP_FACTOR, THROTTLE_BITS, HostAggregate, JobAggregates
+from gpuperf.model.aggregates import GAP_FACTOR, THROTTLE_BITS, HostAggregate, JobAggregates
 from gpuperf.samplers.base import GpuSample
 
 

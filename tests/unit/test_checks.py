@@ -12,10 +12,11 @@ from typing import Any, Callable
 
 import pytest
 
-from gpuperf import checks, config
+from gpuperf import checks
+from gpuperf.files import config
 from gpuperf.checks import base, history, policy, runner, xid
-from gpuperf.hook import HookState
-from gpuperf.jobctx import JobContext
+from gpuperf.hookbase.hook import HookState
+from gpuperf.hookbase.jobctx import JobContext
 from gpuperf.prolog import health
 from gpuperf.topology import load_node
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 
 
 def test_defaults_have_every_schema_key():
@@ -84,7 +84,7 @@ def test_packaged_example_config_is_the_schema_and_parses_to_defaults():
     import pathlib
 
     example = pathlib.Path(__file__).parents[2] / "packaging" / "config.example.toml"
-    assert example.read_text() == config.example_toml(), "regenerate: python -c 'from gpuperf import config; print(config.example_toml(), end=\"\")'"
+    assert example.read_text() == config.example_toml(), "regenerate: python -c 'from gpuperf.files import config; print(config.example_toml(), end=\"\")'"
     assert config.parse(example.read_text()).to_dict() == config.defaults().to_dict()
 
 

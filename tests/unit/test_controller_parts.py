@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import admincomment, config, series, summary
+from gpuperf.model import admincomment, series, summary
+from gpuperf.files import config
 from gpuperf.controller import accounting, notices, queue
 from gpuperf.report import sacctrows, timechart
-from gpuperf.slurm import expand_hostlist
+from gpuperf.access.slurm import expand_hostlist
 from report_fixtures import aggregates, context
 
 NOTIFY = Path(__file__).resolve().parents[2] / "packaging" / "bin" / "gpuperf-epilog-slurmctld"

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config, summary
+from gpuperf.files import config
+from gpuperf.model import summary
 from gpuperf.controller import accounting, clusterstore, service, transport
 from report_fixtures import aggregates, context
 

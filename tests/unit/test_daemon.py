@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.daemon import client, protocol
 from gpuperf.daemon.server import Daemon
 from gpuperf.samplers.base import GpuSample
@@ -233,7 +233,7 @@ def test_fuzz_frames_get_errors_and_change_nothing(base):
 
 NOBODY_CLIENT = r"""
 import json, sys
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.daemon import client
 cfg = config.defaults()
 cfg.data["daemon"].update(socket_dir=sys.argv[1], user_socket_dir=sys.argv[2])

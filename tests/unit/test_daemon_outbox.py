@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.controller import accounting, clusterstore
 from gpuperf.daemon import workers
 from gpuperf.epilog import finalize
-from gpuperf.hook import HookState
-from gpuperf.jobctx import JobContext
+from gpuperf.hookbase.hook import HookState
+from gpuperf.hookbase.jobctx import JobContext
 from test_controller_service import Running as Controller, _free_port, munge  # noqa: F401 - munge: a fixture
 from test_daemon import Running, ScriptSampler, make_cfg, wait_for
 

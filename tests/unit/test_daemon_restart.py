@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpuperf.daemon import client
-from gpuperf.hook import HookState
-from gpuperf.jobctx import JobContext
+from gpuperf.hookbase.hook import HookState
+from gpuperf.hookbase.jobctx import JobContext
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

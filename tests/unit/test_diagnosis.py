@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config, diagnosis, summary
+from gpuperf.files import config
+from gpuperf import diagnosis
+from gpuperf.model import summary
 from gpuperf.report import fromrecording
 from report_fixtures import aggregates, context
 

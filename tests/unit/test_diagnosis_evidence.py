@@ -9,7 +9,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuperf import admincomment, diagnosis, summary
+from gpuperf.model import admincomment, summary
+from gpuperf import diagnosis
 from report_fixtures import aggregates, context
 
 # what each class rests on, written here independently of the rules: every group needs one measured key

@@ -302,7 +302,7 @@ class _Cfg:
     """A config as the hooks see it (attribute sections), built from the real defaults."""
 
     def __init__(self, run_dir: str, **env):
-        from gpuperf import config
+        from gpuperf.files import config
 
         self._c = config.defaults()
         self._c.data["general"]["run_dir"] = run_dir
@@ -313,7 +313,7 @@ class _Cfg:
 
 
 def _ctx(**kw):
-    from gpuperf import jobctx
+    from gpuperf.hookbase import jobctx
 
     base = dict(hook="prolog", job_id=42, uid=os.geteuid(), user="u", gpus=[0, 1], node="gpu01",
                 nodelist="gpu[01-02]")
@@ -322,7 +322,7 @@ def _ctx(**kw):
 
 
 def test_prolog_caches_plan_and_taskprolog_exports_it(tmp_path, capsys, monkeypatch):
-    from gpuperf.hook import HookState
+    from gpuperf.hookbase.hook import HookState
 
     cfg = _Cfg(str(tmp_path))
     monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())
@@ -353,7 +353,7 @@ def test_prolog_caches_plan_and_taskprolog_exports_it(tmp_path, capsys, monkeypa
 
 def test_taskprolog_leaves_omp_threads_to_the_affinity_plugin(tmp_path, capsys, monkeypatch):
     """The SPANK plugin's task_init runs before the TaskProlog in 22.05 and set the rank's exact count."""
-    from gpuperf.hook import HookState
+    from gpuperf.hookbase.hook import HookState
 
     cfg = _Cfg(str(tmp_path))
     monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())
@@ -381,7 +381,7 @@ def test_taskprolog_leaves_omp_threads_to_the_affinity_plugin(tmp_path, capsys, 
 
 @pytest.mark.parametrize("case", ["gpuperf_off", "config_error", "disabled", "no_cache"])
 def test_taskprolog_exports_nothing(case, tmp_path, capsys, monkeypatch):
-    from gpuperf.hook import HookState
+    from gpuperf.hookbase.hook import HookState
 
     cfg = _Cfg(str(tmp_path), enabled=case != "disabled")
     monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())
@@ -399,7 +399,7 @@ def test_taskprolog_exports_nothing(case, tmp_path, capsys, monkeypatch):
 
 
 def test_step_turned_off_takes_back_only_inherited_injections(tmp_path, capsys, monkeypatch):
-    from gpuperf.hook import HookState
+    from gpuperf.hookbase.hook import HookState
 
     cfg = _Cfg(str(tmp_path))
     for k in list(os.environ):
@@ -416,7 +416,7 @@ def test_step_turned_off_takes_back_only_inherited_injections(tmp_path, capsys, 
 
 
 def test_prolog_with_broken_config_caches_a_disabled_plan(tmp_path, capsys):
-    from gpuperf.hook import HookState
+    from gpuperf.hookbase.hook import HookState
 
     cfg = _Cfg(str(tmp_path))
     cfg._c.degraded, cfg._c.error = True, "env rule 'x' (rules[0]): sets NCCL_ALGO"
@@ -428,7 +428,7 @@ def test_prolog_with_broken_config_caches_a_disabled_plan(tmp_path, capsys):
 
 
 def test_notice_is_one_print_line(tmp_path, capsys, monkeypatch):
-    from gpuperf.hook import HookState
+    from gpuperf.hookbase.hook import HookState
 
     cfg = _Cfg(str(tmp_path), notice=True)
     monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())
@@ -495,7 +495,7 @@ def test_gpuperf_env_bad_policy_is_one_line_and_exit_2(capsys, monkeypatch, tmp_
 
 
 def test_report_fills_per_task_values_and_ignores_planted_links(tmp_path, capsys, monkeypatch):
-    from gpuperf.hook import HookState
+    from gpuperf.hookbase.hook import HookState
 
     cfg = _Cfg(str(tmp_path))
     monkeypatch.setattr(envplan, "load_topology", lambda cfg, root=None: hgx())

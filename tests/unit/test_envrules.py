@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.env import policy as ep, rules as envrules
 
 from test_envpolicy import MULTI, hgx

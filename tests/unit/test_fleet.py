@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.aggregates import JobAggregates
+from gpuperf.model.aggregates import JobAggregates
 from gpuperf.fleet import policy
 from gpuperf.fleet.fingerprint import FleetStore, derive
 from gpuperf.fleet.load import node_figures
@@ -221,7 +221,7 @@ class _Slurm:
 def test_a_drain_names_the_nodes_worst_gpu_even_when_the_batch_moved_another(tmp_path: Path, pools: dict) -> None:
     """Two slow GPUs on n020, neither drained yet (a bound held it); a job on the milder one alone drains the
     node: the reason names the worse GPU and counts the other."""
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.fleet import ingest
 
     planted = {(20, 3): "slow_clock", (20, 5): "low_clock"}

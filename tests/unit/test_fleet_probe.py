@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.checks.base import CheckEnv
 from gpuperf.checks.builtin import gpu_probe
 from gpuperf.fleet import probe

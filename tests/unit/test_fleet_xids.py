@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import nvmlq
-from gpuperf.aggregates import JobAggregates
+from gpuperf.access import nvmlq
+from gpuperf.model.aggregates import JobAggregates
 from gpuperf.fleet.fingerprint import FleetStore
 from gpuperf.fleet.jobview import job_fleet
 from gpuperf.fleet.load import node_figures
@@ -101,7 +101,7 @@ def test_daemon_attributes_xids_to_gpu_and_running_job(base) -> None:
 
 
 def test_xids_reach_summary_fingerprint_and_report(tmp_path: Path) -> None:
-    from gpuperf.summary import node_summary
+    from gpuperf.model.summary import node_summary
 
     agg = JobAggregates.new(9, "n1", [0, 1], 0.0, 1.0, names={0: "H", 1: "H"}, uuids={0: "GPU-a", 1: "GPU-b"})
     agg.gpus[1].fleet.note_xid(79, 5.0)
@@ -124,7 +124,7 @@ def test_report_names_the_flagged_gpus_of_the_job(tmp_path: Path) -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import fleet_synth as fs
-    from gpuperf import config
+    from gpuperf.files import config
     from gpuperf.report import html
 
     st = FleetStore(tmp_path / "fleet.sqlite")

@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.daemon.metrics import DaemonCollector
 from gpuperf.samplers import open_sampler
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import affinity as aff
+from gpuperf.affinity import plan as aff
 
 LIVENESS_S = 30          # far above any honest read; only a hang reaches it
 CHILD_MEM = 512 << 20    # a root reader of job records must not need more than this
@@ -84,8 +84,8 @@ def test_fifo_named_like_a_step_record_does_not_hang_the_env_report(tmp_path):
 
 # --- safeio: each thing a user can plant is refused with a reason, and nothing else is lost -------
 
-from gpuperf import safeio  # noqa: E402
-from gpuperf.summary import node_summary  # noqa: E402
+from gpuperf.files import safeio  # noqa: E402
+from gpuperf.model.summary import node_summary  # noqa: E402
 
 
 def _reasons(tmp_path: Path, **kw) -> tuple[list[str], list[str]]:
@@ -199,7 +199,7 @@ def test_terminal_escapes_in_a_users_records_reach_no_report_raw(tmp_path):
 
 def test_refusals_beyond_the_shown_ones_are_counted_not_logged(caplog):
     ign = safeio.Ignored()
-    with caplog.at_level("WARNING", logger="gpuperf.safeio"):
+    with caplog.at_level("WARNING", logger="gpuperf.files.safeio"):
         for i in range(5000):
             ign.add(f"applied/x{i}-{id(ign)}", "a FIFO, not a regular file")
     assert len(caplog.records) == safeio.SHOWN + 1

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from gpuperf import hook
+from gpuperf.hookbase import hook
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_taskprolog_of_a_user_job_records_into_the_tasks_dir_the_prolog_made():
             del os.environ["GPUPERF_CONFIG"]
         tasks = os.path.join(base, "run/jobs/9/tasks")
         assert os.stat(tasks).st_uid == nobody.pw_uid
-        code = ("import os; from gpuperf.hook import run_hook; "
+        code = ("import os; from gpuperf.hookbase.hook import run_hook; "
                 f"raise SystemExit(run_hook('taskprolog', [], env={env!r}))")
         r = subprocess.run(["/usr/sbin/runuser", "-u", "nobody", "--", sys.executable, "-c", code],
                            env={"GPUPERF_CONFIG": cfgp, "PATH": "/usr/bin:/bin",

@@ -30,12 +30,12 @@ SCRIPTS = REPO / "packaging" / "bin"
 HEAVY = (
     "zmq", "psutil", "rich", "plotly", "pynvml", "prometheus_client", "sqlite3", "orjson",  # the daemon's, the reports', the controller's
     "gpuperf.checks", "gpuperf.env.policy", "gpuperf.env.rules", "gpuperf.env.tuning", "gpuperf.env.ncclbench",
-    "gpuperf.affinity", "gpuperf.topology", "gpuperf.samplers", "gpuperf.controller", "gpuperf.prolog.envplan", "gpuperf.prolog.affinityplan",
-    "gpuperf.prolog.health", "gpuperf.diagnosis", "gpuperf.slurm",  # checks, policies, discovery
-    "tomllib",      # the config comes from gpuperf.hookconf's cache
+    "gpuperf.affinity.plan", "gpuperf.topology", "gpuperf.samplers", "gpuperf.controller", "gpuperf.prolog.envplan", "gpuperf.prolog.affinityplan",
+    "gpuperf.prolog.health", "gpuperf.diagnosis", "gpuperf.access.slurm",  # checks, policies, discovery
+    "tomllib",      # the config comes from gpuperf.hookbase.hookconf's cache
     "typing",       # pulls collections, functools, contextlib: annotations stay strings
     "collections",  # ~2 ms: gpuperf.env.plan keeps its records without namedtuple
-    "re", "json",   # json imports re: gpuperf.jsonlite drives the same C codec
+    "re", "json",   # json imports re: gpuperf.files.jsonlite drives the same C codec
     "logging",      # loaded when there is something to log
     "socket",       # enum and selectors: the hook socket's client uses _socket
     "dataclasses", "inspect", "pathlib", "importlib.util", "subprocess", "tempfile", "glob",
@@ -156,7 +156,7 @@ def test_entry_scripts_are_installed_as_plain_scripts(script):
 
 
 def test_taskprolog_imports_nothing_heavy(base, conf):
-    from gpuperf.hook import run_hook
+    from gpuperf.hookbase.hook import run_hook
 
     env = {**job_env(4301), "GPUPERF_CONFIG": os.environ["GPUPERF_CONFIG"]}
     assert run_hook("prolog", [("env", "gpuperf.prolog.envplan:step")], env=env) == 0  # caches the plan

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # a step module that logs through its own logger, as the prolog's steps do (imports logging itself)
 STEPS = '''
-from gpuperf import log
+from gpuperf.files import log
 
 def own_logger(ctx, cfg, state):
     log.get("steps").warning("from the step's own logger")
@@ -27,7 +27,7 @@ def boom(ctx, cfg, state):
 RUN = '''
 import sys
 sys.path.insert(0, {d!r})
-from gpuperf.hook import run_hook
+from gpuperf.hookbase.hook import run_hook
 sys.exit(run_hook("taskprolog", [("one", {spec!r})]))
 '''
 
@@ -69,7 +69,7 @@ def test_soname_version_is_the_regex_it_replaced(tail):
 
 END = '''
 import sys
-from gpuperf.guard import exit_now
+from gpuperf.hookbase.guard import exit_now
 {before}
 print("exports", end="")
 exit_now(3)

@@ -1,4 +1,4 @@
-"""gpuperf.hookconf: the hooks get what config.load_or_defaults gives, from a cache only while it is the same."""
+"""gpuperf.hookbase.hookconf: the hooks get what config.load_or_defaults gives, from a cache only while it is the same."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from gpuperf import config, hookconf
+from gpuperf.files import config
+from gpuperf.hookbase import hookconf
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuperf.aggregates import HostAggregate
+from gpuperf.model.aggregates import HostAggregate
 from gpuperf.daemon import jobcgroup
 
 V1 = """12:pids:/

@@ -1,6 +1,6 @@
 """The job context a hook reads from Slurm's environment."""
 
-from gpuperf.jobctx import from_env, parse_gpu_list
+from gpuperf.hookbase.jobctx import from_env, parse_gpu_list
 
 
 def test_gpu_lists():

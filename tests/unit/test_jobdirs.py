@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config, jobdirs
+from gpuperf.files import config, jobdirs
 from gpuperf.controller import accounting, service
 
 DAY = 86400.0

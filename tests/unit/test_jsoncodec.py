@@ -1,4 +1,4 @@
-"""gpuperf.jsoncodec: the controller's JSON reads and writes what the standard library does, faster."""
+"""gpuperf.files.jsoncodec: the controller's JSON reads and writes what the standard library does, faster."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuperf import admincomment, jsoncodec
+from gpuperf.model import admincomment
+from gpuperf.files import jsoncodec
 
 finite = st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 values = st.recursive(finite, lambda kids: st.lists(kids, max_size=5)
@@ -53,7 +54,7 @@ def test_admincomment_round_trip_through_the_codec():
 
 def test_orjson_is_not_imported_until_used():
     """The hooks import admincomment's neighbours: importing the codec must not load orjson (~18 ms)."""
-    code = ("import sys, gpuperf.jsoncodec, gpuperf.admincomment; a = 'orjson' in sys.modules; "
-            "gpuperf.jsoncodec.dumps({}); print(a, 'orjson' in sys.modules)")
+    code = ("import sys, gpuperf.files.jsoncodec, gpuperf.model.admincomment; a = 'orjson' in sys.modules; "
+            "gpuperf.files.jsoncodec.dumps({}); print(a, 'orjson' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]

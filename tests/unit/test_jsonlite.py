@@ -1,4 +1,4 @@
-"""gpuperf.jsonlite gives json's output and json's values: the hooks' records and messages stay the same."""
+"""gpuperf.files.jsonlite gives json's output and json's values: the hooks' records and messages stay the same."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuperf import jsonlite
+from gpuperf.files import jsonlite
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
 values = st.recursive(scalars, lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(), kids, max_size=5),

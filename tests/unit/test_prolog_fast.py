@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_daemon import Running, ScriptSampler, _frames, base, is_error_reply, make_cfg, wait_for  # noqa: E402,F401
 
-from gpuperf import config, tomlw  # noqa: E402
+from gpuperf.files import config, tomlw  # noqa: E402
 from gpuperf.daemon import hooksock  # noqa: E402
-from gpuperf.hook import HookState, run_hook  # noqa: E402
+from gpuperf.hookbase.hook import HookState, run_hook  # noqa: E402
 from gpuperf.prolog import STEPS, fast, indaemon  # noqa: E402
 
 NODE = Path(__file__).resolve().parents[1] / "data" / "nodes" / "hgx-h100-2s"

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.report import promseries as ps
 
 

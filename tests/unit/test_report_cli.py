@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import jobstate, summary
+from gpuperf.files import jobstate
+from gpuperf.model import summary
 from gpuperf.commands import jobs as jobs_cmd
 from gpuperf.controller import clusterstore
 from report_fixtures import aggregates, context

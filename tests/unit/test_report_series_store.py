@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import series, summary
+from gpuperf.model import series, summary
 from gpuperf.controller import clusterstore, merge
 from report_fixtures import aggregates, context
 

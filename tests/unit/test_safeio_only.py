@@ -1,4 +1,4 @@
-"""Root reads what a job's user can write only through ``gpuperf.safeio``: a grep over the root side.
+"""Root reads what a job's user can write only through ``gpuperf.files.safeio``: a grep over the root side.
 
 Every file read (``read_text``, ``glob``, ``open``, ``listdir``, ``jobstate.read_json`` ...) in the code
 that runs as root (hooks, daemon, controller, report) must either be in ``safeio`` or be listed here
@@ -77,7 +77,7 @@ def _reads() -> list[tuple[str, int, str]]:
 
 def test_root_reads_user_writable_files_only_through_safeio():
     unknown = [f"{f}:{i}: {t}" for f, i, t in _reads() if t not in ALLOWED]
-    assert not unknown, ("read these through gpuperf.safeio (the job's user may write them), or list them in "
+    assert not unknown, ("read these through gpuperf.files.safeio (the job's user may write them), or list them in "
                          "ALLOWED with the reason their path is not user-writable:\n" + "\n".join(unknown))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config
+from gpuperf.files import config
 from gpuperf.samplers import open_sampler, probe
 from gpuperf.samplers.base import GpuSample, SamplerUnavailable
 from gpuperf.samplers.replay import ReplaySampler, load_recording

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import statefiles
+from gpuperf.files import statefiles
 from gpuperf.daemon import store as store_mod
 from gpuperf.daemon.store import Store
 from gpuperf.controller.clusterstore import ClusterStore
@@ -224,7 +224,7 @@ def test_a_group_member_reads_the_stores_while_their_services_are_stopped(tmp_pa
     files in the state directory, still reads the store (as it is: whole, no -wal left)."""
     import tempfile
 
-    from gpuperf import jsoncodec
+    from gpuperf.files import jsoncodec
     from gpuperf.fleet.fingerprint import FleetStore
 
     name, gid = _some_group()

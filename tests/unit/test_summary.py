@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gpuperf import jobstate, summary
+from gpuperf.files import jobstate
+from gpuperf.model import summary
 from report_fixtures import aggregates, context
 
 

@@ -4,7 +4,7 @@ import tomllib
 
 import pytest
 
-from gpuperf import tomlw
+from gpuperf.files import tomlw
 
 
 @pytest.mark.parametrize("v", [True, False, 0, -3, 1.5, "", 'a "quoted" \\ path\n', ["x", 1, [2.0]], {},

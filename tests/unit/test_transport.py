@@ -11,7 +11,8 @@ import time
 import pytest
 import zmq
 
-from gpuperf import config, summary
+from gpuperf.files import config
+from gpuperf.model import summary
 from gpuperf.controller import accounting, clusterstore, service, transport
 from report_fixtures import aggregates, context
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf import config, watchdog
+from gpuperf.files import config
+from gpuperf.hookbase import watchdog
 
 LIVENESS_S = 60  # only a hook the watchdog failed to end reaches this
 
@@ -22,13 +23,13 @@ def _hook_blocked_on_fifo(tmp_path: Path, hook: str, bound_key: str, decide: int
     (tmp_path / "c.toml").write_text(f"[general]\nrun_dir = '{tmp_path}/run'\nlog_file = '{tmp_path}/g.log'\n"
                                      f"[watchdog]\n{bound_key} = 1\n")
     (tmp_path / "blocking_step.py").write_text(textwrap.dedent(f"""
-        from gpuperf import watchdog
+        from gpuperf.hookbase import watchdog
         def step(ctx, cfg, state):
             if {decide!r} is not None:
                 watchdog.decided({decide!r})
             open({str(fifo)!r}).read()     # what a planted FIFO did to the epilog before safeio
     """))
-    code = (f"import sys; from gpuperf import hook; "
+    code = (f"import sys; from gpuperf.hookbase import hook; "
             f"sys.exit(hook.main_guard(lambda: hook.run_hook({hook!r}, [('block', 'blocking_step:step')])))")
     env = dict(os.environ, GPUPERF_CONFIG=str(tmp_path / "c.toml"), SLURM_JOB_ID="9", PYTHONPATH=f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}")
     try:

@@ -16,7 +16,7 @@ import json
 import zlib
 from typing import Any
 
-from gpuperf import jsoncodec
+from gpuperf.files import jsoncodec
 
 PREFIX = "gpuperf:v1"
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from gpuperf import log
+from gpuperf.files import log
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"init": False, "error": None, "mod": None}

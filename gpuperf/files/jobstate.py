@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from gpuperf import jsonlite
+from gpuperf.files import jsonlite
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

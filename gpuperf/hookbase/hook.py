@@ -16,15 +16,16 @@ import os
 import sys
 import time
 
-from gpuperf import hookconf, jobctx, jobstate, watchdog
-from gpuperf.guard import main_guard  # noqa: F401 - the hooks' entry points import it from here
+from gpuperf.hookbase import hookconf, jobctx, watchdog
+from gpuperf.files import jobstate
+from gpuperf.hookbase.guard import main_guard  # noqa: F401 - the hooks' entry points import it from here
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-    from gpuperf import config as config_mod
+    from gpuperf.files import config as config_mod
 
 
 class HookVerdict(Exception):
@@ -74,7 +75,7 @@ class HookLog:
     def get(self) -> Any:
         """The configured logger (set up now if it was not)."""
         if self._logger is None:
-            from gpuperf import log
+            from gpuperf.files import log
 
             g = self._cfg.general
             self._logger = log.setup(self._name, g.log_file, g.log_level, stderr=True)

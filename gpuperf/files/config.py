@@ -11,7 +11,7 @@ import os
 from types import SimpleNamespace
 
 # tomllib, re and typing are imported where used: the hooks take a validated config from
-# ``gpuperf.hookconf``'s cache, and tomllib (with typing) costs a fresh process ~10 ms
+# ``gpuperf.hookbase.hookconf``'s cache, and tomllib (with typing) costs a fresh process ~10 ms
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -333,11 +333,11 @@ def _tname(t: type | tuple[type, ...]) -> str:
 
 def example_toml() -> str:
     """Every section and key with its default and help, as TOML (packaging/config.example.toml)."""
-    from gpuperf import tomlw
+    from gpuperf.files import tomlw
 
     lines = ["# /etc/gpuperf/config.toml: every key is optional; shown with its default.",
              "# An unknown key or a wrong type is an error naming the key and line; hooks then run with",
-             "# defaults and never drain a node. Generated from gpuperf/config.py SCHEMA.", ""]
+             "# defaults and never drain a node. Generated from gpuperf/files/config.py SCHEMA.", ""]
     for section, keys in SCHEMA.items():
         lines.append(f"[{section}]")
         for name, key in keys.items():
@@ -415,7 +415,7 @@ def digest(cfg: Config) -> str:
     exactly when they would act alike (the prolog's fast path checks the daemon's against its own)."""
     import zlib
 
-    from gpuperf import jsonlite
+    from gpuperf.files import jsonlite
 
     text = jsonlite.dumps(cfg.data, sort_keys=True, separators=(",", ":"), default=str)
     return f"{zlib.crc32(text.encode()):08x}-{len(text)}"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
-from gpuperf import jsonlite
+from gpuperf.files import jsonlite
 
 TYPE_CHECKING = False  # typing itself costs a hook's start ~5 ms (test_hook_imports)
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def printable_json(obj: Any) -> Any:
 def _log(text: str) -> None:
     import logging  # only once something was refused: the TaskProlog's common case stays light
 
-    logging.getLogger("gpuperf.safeio").warning("%s", text)
+    logging.getLogger("gpuperf.files.safeio").warning("%s", text)
 
 
 def _printable(name: str) -> str:

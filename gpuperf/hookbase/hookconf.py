@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 
-from gpuperf import __version__, config, jsonlite
+from gpuperf import __version__
+from gpuperf.files import config, jsonlite
 
 SYSTEM_CACHE = "/run/gpuperf/config.cache.json"
 _SCHEMA = "gpuperf.hookconf.v1"
@@ -74,7 +75,7 @@ def _from_cache(cpath: str, key: str, path: str) -> config.Config | None:
 
 def _store(cpath: str, key: str, path: str, cfg: config.Config, mode: int) -> None:
     """Best effort: a hook that cannot write the cache only stays slower."""
-    from gpuperf import jobstate  # only on a miss
+    from gpuperf.files import jobstate  # only on a miss
 
     try:
         jobstate.write_json(cpath, {"schema": _SCHEMA, "key": key, "path": path, "source": cfg.source,

@@ -32,7 +32,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpuperf import diagnosis, gpuspecs, jobstate, safeio
+from gpuperf import diagnosis
+from gpuperf.model import gpuspecs
+from gpuperf.files import jobstate, safeio
 from gpuperf.diagnosis import roofline
 from gpuperf.fleet.load import node_figures
 
