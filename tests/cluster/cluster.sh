@@ -3,4 +3,4 @@
 # NAME defaults to $GPUPERF_TEST_CLUSTER or "pytest". See tests/cluster/README.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-exec /opt/gpuperf/venv/bin/python "$here/slurmcluster.py" "$@"
+exec "${GPUPERF_PREFIX:-/opt/gpuperf}/venv/bin/python" "$here/slurmcluster.py" "$@"
