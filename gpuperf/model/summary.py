@@ -301,14 +301,14 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
     ignored = ignored if ignored is not None else safeio.Ignored()
     try:
         # the env part's own reader: per-task values (OMP_NUM_THREADS...) as the tasks exported them
-        from gpuperf.prolog.envplan import report as env_report
+        from gpuperf.env.report import report as env_report
 
         env = env_view(env_report(d, ignored))
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
         env = env_view(safeio.read_json(d / "env.json", ignored=ignored))
     try:
         # the affinity part's own reader: what the tasks applied, else the prolog's plan
-        from gpuperf.prolog.affinityplan import report as affinity_report
+        from gpuperf.affinity.report import report as affinity_report
 
         affinity = affinity_report(d, ignored)
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
