@@ -40,7 +40,7 @@ from gpuperf.daemon.pub import sweep_message
 from gpuperf.daemon.sampling import SamplingMixin
 from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock, warm_prolog  # noqa: F401
 from gpuperf.daemon.workers import Deliveries, Health, HealthFn, ProbeLoop, health_from_checks
-from gpuperf.fleet import errors
+from gpuperf.model import gpuerrors as errors
 from gpuperf.samplers.base import GpuSample, Sampler
 
 ROLLUP_EVERY_S = 60.0

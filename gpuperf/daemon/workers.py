@@ -201,7 +201,7 @@ class ProbeLoop:
 
     def probe_once(self) -> None:
         """One probe of every GPU, kept when it ran to the end."""
-        from gpuperf.fleet import probe
+        from gpuperf.checks import probe
 
         res = probe.run(self.cfg, keep_going=lambda: self.idle() and not self._stop.is_set())
         self.last = res.to_dict()

@@ -23,7 +23,7 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
      "diagnosis": {"class", "confidence", "imbalanced", "evidence": [..], "recommendations": [..], "findings": [..],
                    "roofline": {..}, "unused": {..}|None, "busy_class", "phases": [..]}}
 
-A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/fleet/load.py``),
+A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/model/load.py``),
 which the controller folds into the fleet fingerprints; the merged job summary leaves it out.
 """
 
@@ -36,7 +36,7 @@ from gpuperf import diagnosis
 from gpuperf.model import gpuspecs
 from gpuperf.files import jobstate, safeio
 from gpuperf.diagnosis import roofline
-from gpuperf.fleet.load import node_figures
+from gpuperf.model.load import node_figures
 
 SCHEMA = "gpuperf.summary.v1"
 
