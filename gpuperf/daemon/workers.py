@@ -1,4 +1,5 @@
-"""The daemon's helper threads: deliveries of finalised jobs, and the cached fast health checks."""
+"""The daemon's helper threads: deliveries of finalised jobs, the cached fast health checks (and the GPU
+error counters of the node read they make), the opt-in idle-node probe."""
 
 from __future__ import annotations
 
@@ -11,8 +12,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuperf.daemon import deliver as deliver_mod
+from gpuperf.fleet import errors
 
 HealthFn = Callable[[], list[dict[str, Any]]]
+
+
+class ErrorCounters:
+    """The GPUs' error counters from the latest node read (``gpus.v1``); jobs are charged their growth."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, dict[str, int]] = {}
+
+    def note(self, snapshot: dict[str, Any]) -> None:
+        """Keep the counters of a node read (from the health thread)."""
+        self.current = errors.counters(snapshot)   # one assignment: the loop thread reads it whole
+
+    def get(self) -> dict[str, dict[str, int]]:
+        """The latest counters ({} before the first read)."""
+        return self.current
 
 
 def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -> HealthFn | None:
