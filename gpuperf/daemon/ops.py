@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuperf.daemon import protocol
+from gpuperf.daemon.handover import Handover
+from gpuperf.daemon.jobs import Jobs, NodeFacts
 from gpuperf.daemon.pub import sample_dict
+from gpuperf.daemon.store import Store
+from gpuperf.daemon.view import LiveView
 from gpuperf.model.aggregates import JobAggregates
+from gpuperf.samplers.base import Sampler
 
 
 def public_reg(row: dict[str, Any]) -> dict[str, Any]:
@@ -70,8 +75,8 @@ class Access:
 class Ops:
     """The protocol's ops over the daemon's parts (each given here, none reached through another)."""
 
-    def __init__(self, *, access: Access, jobs: Any, store: Any, handover: Any, view: Any,
-                 health: Callable[[], "dict[str, Any] | None"], facts: Any, sampler: Any,
+    def __init__(self, *, access: Access, jobs: Jobs, store: Store, handover: Handover, view: LiveView,
+                 health: Callable[[], "dict[str, Any] | None"], facts: NodeFacts, sampler: Sampler,
                  clock: Callable[[], float], started: float, stats: dict[str, float], cfg: Any, log: Any):
         self.access, self.jobs, self.store, self.handover, self.view = access, jobs, store, handover, view
         self.health, self.facts, self.sampler, self.clock, self.started = health, facts, sampler, clock, started

@@ -7,8 +7,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from gpuperf.daemon import xids
-from gpuperf.daemon.pub import sweep_message
-from gpuperf.samplers.base import GpuSample
+from gpuperf.daemon.attribution import Mismatches
+from gpuperf.daemon.jobs import Registry
+from gpuperf.daemon.pub import Publisher, sweep_message
+from gpuperf.daemon.store import Store
+from gpuperf.daemon.view import LiveView
+from gpuperf.samplers.base import GpuSample, Sampler
 
 
 def read_energy(sampler: Any, log: Any) -> dict[int, float | None]:
@@ -45,8 +49,9 @@ class Energy:
 class Sweeper:
     """Sample, store, attribute, fold, run the due chores, poll XIDs, publish: one sweep per call."""
 
-    def __init__(self, *, sampler: Any, store: Any, registry: Any, mismatches: Any, energy: Energy,
-                 chores: Callable[[float], None], xid_source: Any, view: Any, pub: Any,
+    def __init__(self, *, sampler: Sampler, store: Store, registry: Registry, mismatches: Mismatches, energy: Energy,
+                 chores: Callable[[float], None], xid_source: xids.XidSource | None, view: LiveView,
+                 pub: Publisher | None,
                  stats: dict[str, float], log: Any):
         self.sampler, self.store, self.registry, self.mismatches = sampler, store, registry, mismatches
         self.energy, self.chores, self.xid_source, self.view, self.pub = energy, chores, xid_source, view, pub

@@ -25,6 +25,7 @@ helper threads (``workers``) and the sockets (``channels``).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -197,7 +198,7 @@ class Daemon:
         store.in_transaction(store.add_event, self.clock(), None, "start",
                              {"pid": os.getpid(), "backend": getattr(self.sampler, "name", "?")})
         handover = Handover(store, self.deliveries.put, cfg.controller.series_points, lg)
-        energy = lambda: read_energy(self.sampler, lg)  # noqa: E731
+        energy = functools.partial(read_energy, self.sampler, lg)
         jobs = Jobs(store, self.registry, self.facts, clock=self._now, read_energy=energy,
                     error_counters=self.errors.get, hand_over=handover.deliver_finalised,
                     on_change=self.view.publish, state_dir=cfg.general.state_dir, log=lg)

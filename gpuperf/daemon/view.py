@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuperf.daemon.jobs import Registry
 from gpuperf.samplers.base import GpuSample
 
 
 class LiveView:
     """The latest samples and the /metrics snapshot, from ``registry`` (the running jobs) and ``stats``."""
 
-    def __init__(self, registry: Any, stats: dict[str, float]):
+    def __init__(self, registry: Registry, stats: dict[str, float]):
         self.registry, self.stats = registry, stats
         self.latest: list[GpuSample] = []
         self.latest_t: float | None = None
