@@ -129,13 +129,13 @@ class Daemon:
 
     @property
     def store(self) -> Store | None:
-        """The open store (None before open() and after close())."""
+        """The store while the daemon is open (None before and after)."""
         return self.opened.store if self.opened is not None else None
 
     @property
     def ops(self) -> Ops:
         """The request handler (open daemon only)."""
-        return self._open().ops
+        return self._parts().ops
 
     @property
     def latest(self) -> list[GpuSample]:
@@ -163,13 +163,13 @@ class Daemon:
 
     def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
         """One request frame -> its reply (``Ops.handle``)."""
-        return self._open().ops.handle(frame, uid, channel)
+        return self._parts().ops.handle(frame, uid, channel)
 
     def sweep(self) -> None:
         """One sampling sweep (``Sweeper.sweep``)."""
-        self._open().sweeper.sweep()
+        self._parts().sweeper.sweep()
 
-    def _open(self) -> Opened:
+    def _parts(self) -> Opened:
         if self.opened is None:
             raise DaemonError("the daemon is not open")
         return self.opened
@@ -260,7 +260,7 @@ class Daemon:
 
     def loop(self) -> None:
         """The main loop: requests between ticks, one sweep per tick, overruns skip ticks."""
-        o = self._open()
+        o = self._parts()
         self.ready.set()
         ticks = Ticks(self.interval_s)
         while not self._stop.is_set():
