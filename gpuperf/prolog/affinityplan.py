@@ -69,7 +69,11 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
                     {c for n in topology.get("numa_nodes") or [] for c in n.get("cpus") or []})
     text = cgroup_cpus(cfg.affinity.cgroup_root, ctx.uid, ctx.job_id) if ctx.job_id is not None else None
     if text:
-        return affinity.parse_cpu_list(text), "cgroup"
+        try:
+            # the job's own cpuset is the authority; the node's CPUs bound it (a list never names more)
+            return _on_node(affinity.parse_cpu_list(text), online), "cgroup"
+        except ValueError:
+            pass
     slurm = Slurm(cfg.general.slurm_bin_dir)
     try:
         ids = slurm.job_cpu_ids(ctx.job_id, ctx.node) if ctx.job_id is not None else None
@@ -78,9 +82,18 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
         mapped = affinity.slurm_ids_to_os(affinity.parse_cpu_list(ids), topology, *layout) if layout else None
     except (SlurmError, ValueError):
         mapped = None
+    mapped = _on_node(mapped or [], online)
     if mapped:
         return mapped, "scontrol"
     return online, "all"
+
+
+def _on_node(cpus: list[int], online: list[int]) -> list[int]:
+    """``cpus`` that the node has (all of them when the node's list is unknown)."""
+    if not online:
+        return cpus
+    have = set(online)
+    return [c for c in cpus if c in have]
 
 
 LAYOUT_TTL_S = 300.0

@@ -3,7 +3,21 @@ on the code before its fix (see docs/SECURITY.md, "Threat model: files and parse
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuperf.access.slurm import Slurm, SlurmError
+from gpuperf.affinity import plan as aff
 from gpuperf.checks import xid
+from gpuperf.files import config
+from gpuperf.hookbase.jobctx import JobContext
+from gpuperf.prolog import affinityplan
+from gpuperf.topology import load_node
+
+NODES = Path(__file__).resolve().parents[1] / "data" / "nodes"
 
 T0 = 1000.0
 
@@ -31,3 +45,69 @@ def test_a_user_record_in_the_kernel_log_file_drains_nothing(tmp_path):
                    "6,2,11,-;bash[9]: segfault at 0 ip 0 sp 0 error 4 in NVRM: Xid (PCI:0000:9a:00): 79, x[1+2]\n"
                    "3,3,12,-;NVRM: Xid (PCI:0000:1b:00): 48, pid=7, DBE\n")
     assert [(e.bus, e.xid) for e in xid.read_kmsg(str(log))] == [("0000:1b:00", 48)]
+
+
+# --- #2: scontrol's output parsed by its structure; CPU lists bounded and within the node ------------
+
+# `scontrol show job -d` of a job submitted as
+#   sbatch -J $'x Nodes=n1 CPU_IDs=0-100000000\n     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=' --comment=<same> -c 2
+# on the test cluster (Slurm 22.05.8): scontrol prints the name and the comment raw, newlines included
+HOSTILE_SHOW_JOB = """JobId=7506000 JobName=x Nodes=n1 CPU_IDs=0-100000000
+     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=
+   UserId=gpuperf-user(1001) GroupId=gpuperf-user(1001) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=n1
+   NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=(null)
+     Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=
+   MinCPUsNode=2 MinMemoryNode=0 MinTmpDiskNode=0
+   WorkDir=/tmp
+   Comment=c Nodes=n1 CPU_IDs=0-13
+     Nodes=n1 CPU_IDs=0-14 Mem=0 GRES= 
+   StdOut=/dev/null
+"""
+
+
+class _Canned(Slurm):
+    """Slurm's CLI replaced by the text it printed (a parser test: the real CLI runs in tests/integration)."""
+
+    def __init__(self, text: str):
+        super().__init__("/nonexistent")
+        self.text = text
+
+    def run(self, tool: str, *args: str, **kw) -> str:  # noqa: D102
+        return self.text
+
+
+def test_a_job_name_holding_scontrol_fields_sets_no_cpu_ids():
+    # the name's fields on the job's first line: never a detail line (old code: '0-100000000' won)
+    one_line = HOSTILE_SHOW_JOB.replace("\n     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=\n", "\n", 1)
+    one_line = one_line.replace("\n     Nodes=n1 CPU_IDs=0-14 Mem=0 GRES= \n", "\n", 1)
+    assert _Canned(one_line).job_cpu_ids(7506000, "n1") == "0-1"
+    # the name's and comment's own detail lines (newlines in them): ambiguous, none believed
+    with pytest.raises(SlurmError, match="a user's field holds one"):
+        _Canned(HOSTILE_SHOW_JOB).job_cpu_ids(7506000, "n1")
+    # an honest multi-node job: one run of detail lines
+    honest = "JobId=5 JobName=t\n   JOB_GRES=gpu:2\n     Nodes=n[1-2] CPU_IDs=0-3 Mem=0 GRES=gpu:2(IDX:0-1)\n"
+    assert _Canned(honest).job_cpu_ids(5, "n1") == "0-3"
+
+
+def test_cpu_lists_are_bounded():
+    for text in ("0-20000", "0-100000000", "99999999999999999999", "٣", "0-3," * 20000):
+        with pytest.raises(ValueError):
+            aff.parse_cpu_list(text)
+    t0 = time.perf_counter()
+    assert aff.parse_cpu_list(",".join(["0-16383"] * 4000)) == list(range(16384))
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_the_jobs_cpuset_is_bounded_by_the_nodes_cpus(tmp_path):
+    hgx = load_node(str(NODES / "hgx-h100-2s"), health=False).topology
+    cg = tmp_path / "cg" / "cpuset" / "slurm" / f"uid_{os.getuid()}" / "job_77"
+    cg.mkdir(parents=True)
+    (cg / "cpuset.cpus").write_text("0-3,9000-9003\n")          # CPUs this node does not have
+    (tmp_path / "nobin").mkdir()
+    cfg = config.parse(f'[general]\nslurm_bin_dir = "{tmp_path / "nobin"}"\n'
+                       f'[affinity]\ncgroup_root = "{tmp_path / "cg"}"\n')
+    ctx = JobContext(hook="prolog", job_id=77, uid=os.getuid(), user="u", gpus=[0], node="n1")
+    assert affinityplan.job_cpus(ctx, cfg, hgx) == ([0, 1, 2, 3], "cgroup")
