@@ -3,6 +3,7 @@ on the code before its fix (see docs/SECURITY.md, "Threat model: files and parse
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -111,3 +112,73 @@ def test_the_jobs_cpuset_is_bounded_by_the_nodes_cpus(tmp_path):
                        f'[affinity]\ncgroup_root = "{tmp_path / "cg"}"\n')
     ctx = JobContext(hook="prolog", job_id=77, uid=os.getuid(), user="u", gpus=[0], node="n1")
     assert affinityplan.job_cpus(ctx, cfg, hgx) == ([0, 1, 2, 3], "cgroup")
+
+
+# --- #3: one job's bad applied/ record fails that job's summary, never the daemon nor other jobs -----
+
+def _aggs(job_id: int) -> dict:
+    return {"job_id": job_id, "node": "n1", "start": 100.0, "end": 160.0, "gpus": {}}
+
+
+def _delivered(tmp_path, jobs: list[int], setup=None) -> tuple[config.Config, dict[int, dict]]:
+    """Run the daemon's delivery thread over ``jobs`` replayed from its outbox (as after a restart)."""
+    import logging
+    import threading
+
+    from gpuperf.daemon import deliver, workers
+
+    cfg = config.defaults()
+    cfg.data["general"].update(run_dir=str(tmp_path / "run"), state_dir=str(tmp_path / "state"), log_file="")
+    for j in jobs:
+        (tmp_path / "run" / "jobs" / str(j)).mkdir(parents=True)
+        deliver.write_outbox(cfg.general.state_dir, _aggs(j), {"job_dir": str(tmp_path / "run" / "jobs" / str(j))})
+        if setup:
+            setup(j, tmp_path / "run" / "jobs" / str(j))
+    d = workers.Deliveries(cfg, logging.getLogger("test"), send=False)
+    assert d.restore() == len(jobs)
+    d.close()
+    t = threading.Thread(target=d._loop, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    out = {}
+    for j in jobs:
+        p = tmp_path / "run" / "jobs" / str(j) / "node_summary.json"
+        out[j] = json.loads(p.read_text()) if p.exists() else None
+    return cfg, out
+
+
+def test_a_hostile_cpus_record_marks_its_jobs_summary_partial_and_every_job_is_delivered(tmp_path):
+    def plant(job: int, jdir: Path) -> None:
+        (jdir / "affinity.json").write_text('{"cpus_source": "cgroup"}')   # the prolog's (root's) view
+        if job == 1:
+            (jdir / "applied").mkdir()
+            (jdir / "applied" / "0.0").write_text(aff.applied_line(
+                {"job": 1, "step": "0", "rank": 0, "status": "ok", "gpus": "0", "cpus": "0-100000000"}))
+
+    t0 = time.perf_counter()
+    cfg, got = _delivered(tmp_path, [1, 2], plant)
+    assert time.perf_counter() - t0 < 10
+    assert got[1] is not None and got[2] is not None
+    q = got[1]["quality"]
+    assert q["partial"] and any("applied/0.0: cpus: CPU 100000000 above" in r for r in q["ignored"]), q
+    assert got[1]["affinity"]["n1"]["0"]["cpus"] == []
+    assert not got[2]["quality"].get("ignored")
+    assert not list((tmp_path / "state" / "outbox").iterdir())      # nothing left to replay
+
+
+def test_a_delivery_that_raises_is_set_aside_and_the_next_job_is_delivered(tmp_path, monkeypatch):
+    from gpuperf.daemon import deliver
+
+    real = deliver.write
+
+    def write(cfg, aggs, context):
+        if aggs["job_id"] == 1:
+            raise RuntimeError("a bug in one job's summary")
+        return real(cfg, aggs, context)
+
+    monkeypatch.setattr(deliver, "write", write)
+    _, got = _delivered(tmp_path, [1, 2])
+    assert got[1] is None and got[2] is not None
+    # kept for an admin, never replayed at the next start (no crash loop)
+    assert sorted(p.name for p in (tmp_path / "state" / "outbox").iterdir()) == ["1.bad"]
