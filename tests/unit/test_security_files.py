@@ -182,3 +182,43 @@ def test_a_delivery_that_raises_is_set_aside_and_the_next_job_is_delivered(tmp_p
     assert got[1] is None and got[2] is not None
     # kept for an admin, never replayed at the next start (no crash loop)
     assert sorted(p.name for p in (tmp_path / "state" / "outbox").iterdir()) == ["1.bad"]
+
+
+# --- #4: a byte budget per directory read and per job ----------------------------------------------------
+
+def test_a_flood_of_step_records_costs_the_env_report_its_budget_not_their_size(tmp_path):
+    import tracemalloc
+
+    from gpuperf.files import safeio
+    from gpuperf.prolog import envplan, envtask
+
+    (tmp_path / envtask.CACHE).write_text(json.dumps({"vars": [{"name": "NCCL_ALGO", "value": "Ring"}]}))
+    env = tmp_path / envtask.TASK_DIR
+    env.mkdir()
+    filler = "x" * (envplan.STEP_MAX_BYTES - 200)           # each file under the per-file limit
+    for i in range(600):                                    # ~38 MB in all (the flood: 4,096 = 256 MB)
+        (env / f"step-{i}.json").write_text(json.dumps({"step": str(i), "exported": [["A", filler]]}))
+    ign = safeio.Ignored()
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    rep = envplan.report(tmp_path, ign)
+    took, peak = time.perf_counter() - t0, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert rep is not None and 0 < len(rep["steps"]) < 600
+    assert peak < 4 * safeio.MAX_DIR_BYTES and took < 5, (peak, took)
+    assert any("byte budget of env/" in r for r in ign.reasons) and ign.more > 0, ign.reasons
+
+
+def test_the_jobs_budget_spans_every_read_of_its_files(tmp_path):
+    from gpuperf.files import safeio
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        for i in range(3):
+            (tmp_path / d / f"r{i}").write_bytes(b"y" * 1000)
+    ign = safeio.Ignored(budget=2500)
+    got = safeio.read_dir(tmp_path / "a", ignored=ign) + safeio.read_dir(tmp_path / "b", ignored=ign)
+    assert [n for n, _ in got] == ["r0", "r1"] and ign.left == 500
+    assert "record ignored: a/r2: 1000 bytes, over the 500 bytes left of the job's budget" in ign.reasons
+    (tmp_path / "one").write_bytes(b"z" * 600)
+    assert safeio.read_bytes(tmp_path / "one", ignored=ign) is None and ign.left == 500
