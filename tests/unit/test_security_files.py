@@ -222,3 +222,22 @@ def test_the_jobs_budget_spans_every_read_of_its_files(tmp_path):
     assert "record ignored: a/r2: 1000 bytes, over the 500 bytes left of the job's budget" in ign.reasons
     (tmp_path / "one").write_bytes(b"z" * 600)
     assert safeio.read_bytes(tmp_path / "one", ignored=ign) is None and ign.left == 500
+
+
+# --- #10: the terminal report prints a user's strings as text ------------------------------------------
+
+def test_markup_and_terminal_escapes_in_a_users_strings_print_as_text():
+    from gpuperf.report import terminal
+
+    osc8 = "\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\"
+    s = {"job_id": 5, "user": "u[/x]", "nodes": ["n1"], "gpus": [],
+         "env": {"n1": {"vars": {"[link=https://x]NCCL_ALGO": {"value": "[/x]"}, "OSC": {"value": osc8},
+                                 "CSI": {"value": "\x1b[2J\x1b[31mred"}}}},
+         "affinity": {"n1": {"0": {"gpu": "[bold]0", "cpus": "[/]"}}},
+         "hosts": {"n1[/x]": {}},
+         "quality": {"ignored": ["record ignored: [link=https://x]a[/link]: x"]}}
+    for color in (False, True):
+        out = terminal.render(s, width=400, color=color)      # old code: MarkupError on "[/x]"
+        assert "[link=https://x]NCCL_ALGO=[/x]" in out and "Host n1[/x]" in out and "[bold]0" in out
+        assert "\x1b]" not in out and "\x1b[2J" not in out and "\\x1b]8;;https://evil.example/" in out
+        assert "record ignored: [link=https://x]a[/link]: x" in out
