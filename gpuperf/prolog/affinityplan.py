@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuperf.affinity import plan as affinity
-from gpuperf.files import jobstate, safeio
+from gpuperf.files import acl, jobstate, safeio
 from gpuperf.files.config import Config
 from gpuperf.hookbase.hook import HookState
 from gpuperf.hookbase.jobctx import JobContext
@@ -147,7 +147,7 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
         topology = load_topology(cfg)
         alloc, plans = build(ctx, cfg, topology, *job_cpus(ctx, cfg, topology))
     jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
-    _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans))
+    _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans), ctx.uid)
     _applied_dir(jdir / APPLIED_DIR, ctx.uid)
     jobstate.write_json(jdir / REPORT_FILE, _planned_view(plans, alloc))
     # the report shows the one-rank-per-GPU shape (the common one) and the job's own shape when known
@@ -161,20 +161,25 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, text: str, uid: int | None) -> None:
+    """The plan: root's, readable by the job's user (its tasks pin from it) and no other user."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    acl.grant_read(tmp, uid)
     os.replace(tmp, path)
 
 
 def _applied_dir(path: Path, uid: int | None) -> None:
-    """A directory the job's tasks (running as the job user) can write their records into."""
+    """A directory the job's tasks (running as the job user) can write their records into; no other user
+    reads it (root does, through safeio)."""
     path.mkdir(parents=True, exist_ok=True)
     if uid is not None and os.geteuid() == 0:
         os.chown(path, uid, -1)
-    path.chmod(0o755)
+    path.chmod(0o700)
 
 
 def applied_records(run_dir: str, job_id: int, ignored: safeio.Ignored | None = None) -> list[dict[str, str]]:

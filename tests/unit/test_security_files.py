@@ -241,3 +241,57 @@ def test_markup_and_terminal_escapes_in_a_users_strings_print_as_text():
         assert "[link=https://x]NCCL_ALGO=[/x]" in out and "Host n1[/x]" in out and "[bold]0" in out
         assert "\x1b]" not in out and "\x1b[2J" not in out and "\\x1b]8;;https://evil.example/" in out
         assert "record ignored: [link=https://x]a[/link]: x" in out
+
+
+# --- #9: per-job files root writes are private to root (and the plan to the job's user) ------------------
+
+OTHER_UID = 54321        # no account: root may setuid to it all the same
+
+
+def readable_as(uid: int, top: Path) -> list[str]:
+    """Every file and directory under ``top`` that ``uid`` can read (open, or list), tried as that uid."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nos.setgroups([]); os.setgid(65534); os.setuid(int(sys.argv[1]))\nout = []\n"
+            "for d, dirs, files in os.walk(sys.argv[2]):\n"
+            "    for n in dirs + files:\n"
+            "        p = os.path.join(d, n)\n"
+            "        try:\n"
+            "            (os.listdir(p) if os.path.isdir(p) and not os.path.islink(p) else os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)))\n"
+            "            out.append(p)\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "print('\\n'.join(out))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(uid), str(top)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return sorted(os.path.relpath(x, top) for x in p.stdout.split())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setuid to another user)")
+def test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_its_own(tmp_path):
+    import tempfile
+
+    from gpuperf.daemon import deliver
+    from gpuperf.hookbase.hook import HookState
+
+    base = Path(tempfile.mkdtemp(prefix="gpuperf-private-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)   # world-traversable like /run/gpuperf (pytest's tmp_path is 0700)
+        hgx = load_node(str(NODES / "hgx-h100-2s"), health=False).topology
+        (base / "topo.json").write_text(json.dumps(hgx))
+        cfg = config.parse(f'[general]\nrun_dir = "{base / "run"}"\nstate_dir = "{base / "state"}"\n'
+                           f'slurm_bin_dir = "{base}/nobin"\n[affinity]\ntopology_file = "{base / "topo.json"}"\n'
+                           f'cgroup_root = "{base}/cg"\n')
+        owner = 65534                                                  # the job's user
+        ctx = JobContext(hook="prolog", job_id=9, uid=owner, user="nobody", gpus=[0, 1], node="n1")
+        affinityplan.step(ctx, cfg, HookState())
+        jdir = base / "run" / "jobs" / "9"
+        deliver.write(cfg, _aggs(9), {"job_dir": str(jdir), "uid": owner})
+        assert {"affinity.plan", "affinity.json", "aggregates.json", "node_summary.json"} <= {p.name for p in jdir.iterdir()}
+        assert readable_as(OTHER_UID, jdir) == []                     # old code: every file but applied/'s
+        assert readable_as(owner, jdir) == ["affinity.plan", "applied"]
+    finally:
+        import shutil
+
+        shutil.rmtree(base)
