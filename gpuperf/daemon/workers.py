@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import queue
 import threading
 import time
@@ -111,7 +112,11 @@ class Deliveries:
                 item = heapq.heappop(self._later)[2]
             if item is None:
                 return
-            again = self._one(*item)
+            try:
+                again = self._one(*item)
+            except Exception as e:  # noqa: BLE001 - one job's delivery failing must not stop every other's
+                again = None
+                self._set_aside(item[0].get("job_id"), item[2], e)
             if again is not None:
                 heapq.heappush(self._later, (again[0], next(self._seq), again[1]))
 
@@ -153,6 +158,16 @@ class Deliveries:
                 self.log.warning("controller did not take job %s's summary (%s): summaries wait in %s, sent again "
                                  "with backoff", job_id, "; ".join(res["errors"]), outbox.parent)
         return self._down_until, (aggs, context, outbox, summary, False)
+
+    def _set_aside(self, job_id: Any, outbox: Path | None, e: Exception) -> None:
+        """A delivery that raised: logged, and its outbox entry kept as ``.bad`` (not replayed at every start)."""
+        self.log.error("job %s: delivery failed: %s: %s; %s", job_id, type(e).__name__, e,
+                       f"its outbox entry kept as {outbox.with_suffix('.bad')}" if outbox else "not kept")
+        if outbox is not None:
+            try:
+                os.replace(outbox, outbox.with_suffix(".bad"))
+            except OSError:
+                pass
 
     def _done(self, outbox: Path | None) -> None:
         if outbox is not None:

@@ -355,7 +355,10 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     s["estimates"], roof = estimates(gpus)
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     if ignored.reasons:
+        # what the job's user left in its files was refused: the summary lacks it, and says so
         s["quality"]["ignored"] = ignored.shown()
+        s["quality"]["partial"] = True
+        s["quality"]["reasons"].append(f"{len(ignored.reasons) + ignored.more} job record(s) refused")
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
     series = context.get("series") if isinstance(context.get("series"), dict) else None
