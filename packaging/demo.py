@@ -175,14 +175,14 @@ def recorded_demo(c: SlurmCluster) -> list[tuple[str, int]]:
 
 def main() -> int:
     py = torch_python() if real_gpu_files() else None
-    name = os.environ.get("GPUPERF_TEST_CLUSTER", "demo")
+    cname = os.environ.get("GPUPERF_TEST_CLUSTER", "demo")
     if py:
-        c = SlurmCluster(name, real_gpus=True)
+        c = SlurmCluster(cname, real_gpus=True)
         print(f"demo on this machine's real GPUs ({', '.join(c.layout.gpu_files)}), jobs run PyTorch from {py}")
     else:
         why = "no NVIDIA GPU here" if not real_gpu_files() else "no Python with PyTorch and CUDA here"
         print(f"demo on fake GPUs with recordings made on real H200s ({why})")
-        c = SlurmCluster(name, node_root=str(NODE_ROOT))
+        c = SlurmCluster(cname, node_root=str(NODE_ROOT))
     banner("starting a single-node Slurm 22.05 cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd) on loopback")
     t = c.up()
     print(f"up in {t['up_s']:.1f} s; SLURM_CONF={c.env['SLURM_CONF']} GPUPERF_CONFIG={c.env['GPUPERF_CONFIG']}")
@@ -222,7 +222,7 @@ def main() -> int:
         banner("the admin's list of jobs, by wasted GPU-hours")
         show(c, GPUPERF, "jobs", "--sort", "waste")
         print(f"\nHTML report with charts: {html}\nCluster left running: SLURM_CONF={c.env['SLURM_CONF']}; "
-              f"stop it with: tests/cluster/cluster.sh down {name}")
+              f"stop it with: tests/cluster/cluster.sh down {cname}")
     finally:
         stop(collector)
     return 0
