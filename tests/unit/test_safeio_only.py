@@ -14,7 +14,7 @@ import gpuperf
 
 ROOT = Path(gpuperf.__file__).parent
 ROOT_SIDE = ["prolog", "epilog", "daemon", "report", "controller", "summary.py", "jobstate.py", "hook.py",
-             "watchdog.py", "commands/report.py", "jobdirs.py"]
+             "watchdog.py", "commands/report.py", "jobrecords", "jobdirs.py"]
 READS = re.compile(r"\.read_text\(|\.read_bytes\(|\.glob\(|glob\.glob\(|\.iterdir\(|os\.listdir\(|os\.scandir\(|"
                    r"(?<![\w.])open\(|(?<!os)\.open\(|jobstate\.read_json\(|json\.load\(")
 
