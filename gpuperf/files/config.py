@@ -160,6 +160,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "report": {
         "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),
+        "cpu_jobs": Key(bool, False, "follow jobs that hold no GPU on a node too (daemon registration, summary, "
+                        "AdminComment, gpuperf jobs); default: they cost nothing and say nothing"),
         "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults", validate=_report_thresholds),
         "html_max_points": Key(int, 2000, "points per time-series line in --html pages (longer series are averaged)", validate=_positive),
         "prometheus_url": Key(str, "", "Prometheus that scrapes the daemons' /metrics: reports chart jobs from it first "
