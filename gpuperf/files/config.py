@@ -160,6 +160,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "report": {
         "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),
+        "mail_program": Key(str, "/usr/bin/mail", "the mail program gpuperf-mail (Slurm's MailProg) hands every mail "
+                            "to, with gpuperf's lines added to end-of-job mails"),
+        "mail_wait_s": Key(float, 20.0, "how long gpuperf-mail waits for a job's summary before sending the mail "
+                           "as Slurm wrote it", validate=_positive),
         "cpu_jobs": Key(bool, False, "follow jobs that hold no GPU on a node too (daemon registration, summary, "
                         "AdminComment, gpuperf jobs); default: they cost nothing and say nothing"),
         "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults", validate=_report_thresholds),

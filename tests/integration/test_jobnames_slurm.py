@@ -9,9 +9,12 @@ must show task 3 of array A, never job int("A_3") = A3. Run with ``GPUPERF_TEST_
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +22,7 @@ from test_daemon_slurm import RECORDINGS, _configure, _start
 from test_report_slurm import _admin_comment, _collector, _node_summary, _queue_state, _send, _set_wait
 
 pytestmark = pytest.mark.slurm
+PREFIX = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf")
 
 
 def _allocations(c, ref: str, count: int, timeout: float = 60) -> list[tuple[int, str]]:
@@ -35,13 +39,14 @@ def _allocations(c, ref: str, count: int, timeout: float = 60) -> list[tuple[int
 
 
 @contextmanager
-def _services(c, cpu_jobs: bool = False):
-    """The node daemon and the controller service up on the one-node cluster, both reading the config."""
+def _services(c, **report):
+    """The node daemon and the controller service up on the one-node cluster, both reading the config
+    (with ``report`` keys set)."""
     if not RECORDINGS:
         pytest.skip("no recording in tests/data/recordings for the daemon to replay")
     cfg = _configure(c)
-    if cpu_jobs:
-        cfg.setdefault("report", {})["cpu_jobs"] = True
+    if report:
+        cfg.setdefault("report", {}).update(report)
         c.write_gpuperf_config(cfg)
     daemon = _start(c)
     try:
@@ -168,3 +173,60 @@ def test_het_job_components_by_name(slurm_cluster2):
         assert [r["job"] for r in rows] == [f"{het}+1"]
     finally:
         c.reset_gpuperf_config()
+
+
+MAIL_SINK = """#!/bin/sh
+# a local mail sink: records what the mail program got (arguments, body), one file per mail
+f={out}/mail.$$
+{{ printf 'ARGS:'; for a in "$@"; do printf ' [%s]' "$a"; done; echo; cat; }} > $f.tmp && mv $f.tmp $f.txt
+"""
+
+
+def _mails(out: Path, count: int, timeout: float = 90) -> list[str]:
+    end = time.time() + timeout
+    while time.time() < end:
+        got = sorted(out.glob("mail.*.txt"))
+        if len(got) >= count:
+            return [p.read_text() for p in got]
+        time.sleep(0.3)
+    raise AssertionError(f"{len(list(out.glob('mail.*.txt')))} of {count} mails")
+
+
+def test_end_mail_carries_the_headline_and_falls_back_untouched(gpuperf_config_reset):
+    """MailProg=gpuperf-mail (README's lines): the end mail of a GPU job gets the job's headline and top
+    recommendation, an array's summary mail a line per task; a CPU-only job's mail is Slurm's own."""
+    from test_doctor_slurm import slurm_conf_variant
+
+    c = gpuperf_config_reset
+    out = c.dir / "out" / "mails"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    sink = c.dir / "out" / "mail-sink.sh"
+    sink.write_text(MAIL_SINK.format(out=out))
+    sink.chmod(0o755)
+    # what an admin points MailProg at: the installed gpuperf-mail (here with the instance's config)
+    wrapper = c.dir / "out" / "gpuperf-mail"
+    wrapper.write_text(f"#!/bin/sh\nexport GPUPERF_CONFIG={c.gpuperf_config_path} SLURM_CONF={c.layout.slurm_conf}\n"
+                       f"exec {PREFIX}/venv/bin/gpuperf-mail \"$@\"\n")
+    wrapper.chmod(0o755)
+    with _services(c, mail_program=str(sink), mail_wait_s=30.0), \
+            slurm_conf_variant(c, "\nMailProg=/bin/true\n", f"\nMailProg={wrapper}\n"):
+        gpu = c.sbatch("sleep 2\n", "--gres=gpu:1", "--mail-type=END", "--mail-user=alice")
+        cpu = c.sbatch("sleep 1\n", "--mail-type=END", "--mail-user=bob")
+        array = c.sbatch("sleep 1\n", "-a", "1-2", "--gres=gpu:1", "--mail-type=END", "--mail-user=carol")
+        t_end = {}
+        for job in (gpu, cpu):
+            assert c.wait(job) == "COMPLETED"
+            t_end[job] = time.time()
+        _allocations(c, str(array), 2)
+        mails = _mails(out, 3)
+    by_user = {m.splitlines()[0].rsplit("[", 1)[1].rstrip("]"): m for m in mails}
+    assert set(by_user) == {"alice", "bob", "carol"}, mails
+    g = by_user["alice"]
+    assert f"Job_id={gpu} " in g.splitlines()[0] and "Ended" in g.splitlines()[0]  # Slurm's subject kept
+    assert f"Job {gpu}: " in g and "GPU-seconds" in g and f"gpuperf report {gpu}" in g, g
+    assert "Top recommendation: " in g
+    # nothing from gpuperf for a CPU-only job: Slurm's mail as it was (an empty body)
+    assert by_user["bob"].splitlines()[1:] == [], by_user["bob"]
+    a = by_user["carol"]
+    assert "Array Summary" in a.splitlines()[0] and f"Job {array}_1: " in a and f"Job {array}_2: " in a, a
