@@ -26,4 +26,10 @@ else
   bash packaging/install.sh --test
   py="$prefix/venv/bin/python"
 fi
-exec "$py" -m pytest -q -ra -p no:cacheprovider tests "$@"
+# the whole suite unless test paths are named (tests/run.sh tests/unit/test_x.py -x runs that file only)
+named=0
+for a in "$@"; do
+  case "$a" in -*) ;; *) [ -e "${a%%::*}" ] && named=1 ;; esac
+done
+[ "$named" = 1 ] || set -- tests "$@"
+exec "$py" -m pytest -q -ra -p no:cacheprovider "$@"

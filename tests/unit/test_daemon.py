@@ -28,6 +28,7 @@ from gpuperf.files import config
 from gpuperf.daemon import client, protocol
 from gpuperf.daemon.server import Daemon
 from gpuperf.samplers.base import GpuSample
+from otheruser import OtherUserPython
 
 PY = sys.executable
 
@@ -263,9 +264,11 @@ def test_non_root_caller_is_refused_and_sees_only_own_jobs(base):
         script = base / "nobody_client.py"
         script.write_text(NOBODY_CLIENT)
         os.chmod(script, 0o644)
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
-        p = subprocess.run([shutil.which("runuser"), "-u", "nobody", "--", PY, str(script), cfg.daemon.socket_dir,
-                            cfg.daemon.user_socket_dir], capture_output=True, text=True, timeout=60, env=env)
+        # nobody's own readable copy of gpuperf and pyzmq: the checkout and its venv may be private
+        with OtherUserPython(("zmq",)) as py:
+            p = subprocess.run([shutil.which("runuser"), "-u", "nobody", "--", *py.argv, str(script),
+                                cfg.daemon.socket_dir, cfg.daemon.user_socket_dir], capture_output=True, text=True,
+                               timeout=60, env=py.env)
         assert p.returncode == 0, p.stderr
         out = json.loads(p.stdout)
         assert out["register"]["ok"] is False and "refused" in out["register"]["error"]
