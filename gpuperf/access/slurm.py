@@ -7,12 +7,45 @@ Hooks get no PATH (FACTS.md), so binaries are called by absolute path from
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 
 
 class SlurmError(Exception):
     """A Slurm command failed; the message holds its stderr."""
+
+
+_DETAIL = re.compile(r"\s+Nodes=(\S+) CPU_IDs=(\S+) Mem=\d+ GRES=")
+
+
+def parse_job_cpu_ids(out: str, node: str | None) -> str | None:
+    """The CPU_IDs for ``node`` in ``scontrol show job -d`` text, None when not listed; SlurmError when
+    the text is ambiguous.
+
+    The job's user writes JobName, Comment, WorkDir... and scontrol prints them raw, newlines included,
+    so a job named ``x\\n     Nodes=n1 CPU_IDs=0-63 Mem=0 GRES=`` puts a line of Slurm's own form into
+    the output. Slurm's detail lines are one run of consecutive lines (between ``JOB_GRES=`` and
+    ``MinCPUsNode=``, both Slurm's), a user field's are another run, never adjacent to it: more than
+    one run means a user's field holds one, and then none is believed."""
+    runs: list[list[tuple[str, str]]] = []
+    prev = False
+    for line in out.splitlines():
+        m = _DETAIL.match(line)
+        if m and prev:
+            runs[-1].append((m.group(1), m.group(2)))
+        elif m:
+            runs.append([(m.group(1), m.group(2))])
+        prev = m is not None
+    if len(runs) > 1:
+        raise SlurmError(f"scontrol show job -d: {len(runs)} runs of Nodes=/CPU_IDs= lines (a user's field "
+                         "holds one): the job's CPU ids are not read from it")
+    found = runs[0] if runs else []
+    for nodes, ids in found:
+        if nodes == node:
+            return ids
+    # one detail line for the whole job: every node has the same ids
+    return found[0][1] if len(found) == 1 else None
 
 
 @dataclass
@@ -140,17 +173,7 @@ class Slurm:
 
     def job_cpu_ids(self, job_id: int, node: str | None) -> str | None:
         """The job's CPU_IDs on ``node`` from ``scontrol show job -d`` (Slurm's CPU ids), None when not listed."""
-        out = self.run("scontrol", "show", "job", "-d", str(job_id))
-        found: list[tuple[str, str]] = []
-        for line in out.splitlines():
-            fields = dict(tok.partition("=")[::2] for tok in line.split() if "=" in tok)
-            if "Nodes" in fields and "CPU_IDs" in fields:
-                found.append((fields["Nodes"], fields["CPU_IDs"]))
-        for nodes, ids in found:
-            if nodes == node:
-                return ids
-        # one detail line for the whole job: every node has the same ids
-        return found[0][1] if len(found) == 1 else None
+        return parse_job_cpu_ids(self.run("scontrol", "show", "job", "-d", str(job_id)), node)
 
     def hostnames(self, nodelist: str) -> list[str]:
         """A Slurm hostlist expression ('n[1-3]') as node names."""
