@@ -32,14 +32,14 @@ def findings(s: Signals, th: dict[str, float]) -> list[dict[str, str]]:
                   and (s.dram is None or s.fp32 / th["compute_pipe_pct"] > s.dram / th["memory_dram_pct"]))
     no_tensor = (s.tensor is not None and s.tensor < th["tensor_unused_pct"]
                  and all(x is None or x < th["tensor_unused_pct"] for x in (s.hmma, s.imma, s.dmma)))
-    if busy and fp32_leads and no_tensor and (s.fp64 is None or s.fp64 < th["tensor_unused_pct"]):
+    tiled = s.occupancy is not None and s.occupancy < th["matrix_occupancy_pct"]
+    if busy and fp32_leads and no_tensor and tiled and (s.fp64 is None or s.fp64 < th["tensor_unused_pct"]):
         out.append({"kind": "tensor_cores_unused",
                     "text": f"tensor cores unused: tensor active {pct(s.tensor)} while the FP32 pipe is "
-                            f"{pct(s.fp32)} busy and DRAM {pct(s.dram)} (FP32 math at high intensity on CUDA cores)",
-                    "fix": "if this FP32 math is matrix products (GEMM, convolution): enable TF32 "
-                           "(torch.backends.cuda.matmul.allow_tf32 = True) or bf16 autocast, which run them on the "
-                           "tensor cores several times faster (GPM cannot tell matrix products from other FP32 math: "
-                           "the kernel names in an Nsight Systems trace can)"})
+                            f"{pct(s.fp32)} busy, DRAM {pct(s.dram)}, {pct(s.occupancy)} of warp slots occupied "
+                            "(FP32 matrix math on CUDA cores: tiled GEMM-like kernels run few warps per SM)",
+                    "fix": "enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or bf16 autocast: tensor "
+                           "cores do FP32 matrix products several times faster"})
     quiet = ((s.pipes is not None and s.pipes < th["compute_pipe_pct"])
              and (s.dram is not None and s.dram < th["memory_dram_pct"]))
     if busy and quiet and s.occupancy is not None and s.occupancy < th["underfilled_occupancy_pct"]:
@@ -106,7 +106,9 @@ def _near_roof(kind: str | None, s: Signals, spec: gpuspecs.GpuSpec | None, roof
         return [head + " (half precision on CUDA cores)", "if this is matrix products: run them on the tensor cores "
                 "(cuBLAS, torch.matmul in fp16/bf16)"]
     if kind == "fp32":
-        return []          # FP32 pipe near its roof: the tensor-cores finding says what helps, where it holds
+        # FP32 matrix math gets the tensor-cores finding; any FP32 math: fewer or cheaper operations
+        return [head + " (FP32 on CUDA cores)", "fewer or cheaper operations per element: algebraic "
+                "simplification, fused multiply-adds, fast intrinsics (__expf) where accuracy allows"]
     # tensor work: HMMA (fp16/bf16, TF32 or FP8), or a tensor share whose kind was not measured
     unsure = ("HMMA activity does not tell them apart" if kind == "hmma" else "the tensor kind was not measured")
     r = [head]
@@ -167,7 +169,7 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
                 f"if the trace shows gaps between short kernels: capture the step in CUDA graphs or use "
                 f"torch.compile(mode='reduce-overhead'); they win back at most the {pct(gaps)} of the time with no "
                 f"kernel ({_NSYS})"]
-    if cls == "small_grid":
+    if cls == "underfilled":
         return ["give each kernel more blocks: larger batches or problem sizes per launch, or split the work so the "
                 "grid covers every SM (CUDA graphs would not help: a kernel is running nearly all the time)",
                 "run independent work side by side (CUDA streams, or several processes through MPS) to fill idle SMs",

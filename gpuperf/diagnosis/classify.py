@@ -54,17 +54,19 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
         return "input_bound", [f"GPU utilization {pct(s.util)}: kernels ran {pct(s.util)} of the time, "
                                f"SM active {pct(s.sm)}", *host_evidence(s)]
     # 5. compute vs memory: whichever of the math pipes and the DRAM is further past its threshold
-    comp = (s.pipes or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
+    # the integer pipe is math too (hashing, index arithmetic): busy past the bar, it bounds the kernels
+    comp = max(s.pipes or 0.0, s.int_pipe or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
     mem = (s.dram or 0.0) / th["memory_dram_pct"] if th["memory_dram_pct"] else 0.0
     if max(comp, mem) >= 1.0:
         if mem > comp:
             return "memory_bound", [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
-        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"]
+        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"
+                                 + (f", integer pipe {pct(s.int_pipe)}" if s.int_pipe is not None else "")]
     # 6. kernels fill few SMs: launch gaps between small kernels, or grids too small for the GPU
     if spu is not None and spu < th["launch_sm_per_util"]:
         fill = f"GPU utilization {pct(s.util)} but SM active {pct(s.sm)} ({spu:.2f} of the GPU filled while a kernel runs)"
         if s.util is not None and s.util >= th["launch_gap_util_pct"]:
-            return "small_grid", [f"{fill}: a kernel ran nearly all the time, so launch gaps cost at most "
+            return "underfilled", [f"{fill}: a kernel ran nearly all the time, so launch gaps cost at most "
                                   f"{pct(100.0 - s.util)} of it; the kernels have too few blocks to fill the SMs"]
         return "launch_bound", [f"{fill}: small kernels with gaps between them (launch overhead), or kernels whose "
                                 "grids fill few SMs; the figures cannot tell how much is which: an Nsight Systems "

@@ -5,9 +5,9 @@ from __future__ import annotations
 # no_data: nothing was sampled; busy_unprofiled: kernels ran, but without SM/pipe/DRAM activity what
 # bounds them is unknown; unused_gpus: some allocated GPUs did nothing while others worked;
 # transfer_bound: host<->device copies on the PCIe link, SMs idle; latency_bound: SMs busy with no math
-# pipe and little DRAM bandwidth (access pattern, atomics, dependent loads); small_grid: a kernel runs
+# pipe and little DRAM bandwidth (access pattern, atomics, dependent loads); underfilled: a kernel runs
 # nearly all the time but fills few SMs (too few blocks: launch overhead is not the loss).
-CLASSES = ("no_data", "idle", "unused_gpus", "input_bound", "launch_bound", "small_grid", "transfer_bound",
+CLASSES = ("no_data", "idle", "unused_gpus", "input_bound", "launch_bound", "underfilled", "transfer_bound",
            "memory_bound", "latency_bound", "compute_bound", "communication_bound", "throttled", "busy_unprofiled")
 # Phases only: GPU work not yet begun (imports, CUDA context, JIT compilation, data loading before the
 # first step) and nothing left to do after the last; they never decide a job's class when it then worked.
@@ -77,6 +77,10 @@ DEFAULTS: dict[str, float] = {
     # math on CUDA cores (an FP32 GEMM without TF32 showed tensor 0%, FP32 pipe 75%).
     "tensor_unused_pct": 5.0,
     "fp32_busy_pct": 20.0,
+    # ... and matrix math in evidence: tiled matrix kernels hold large register tiles and run few warps per
+    # SM (the ground-truth FP32 and bf16 GEMMs: 12-14% occupancy), elementwise and reduction kernels fill
+    # the SMs (66-95%): FP32 math at under 30% occupancy is matrix-like; above it, TF32 advice has no evidence.
+    "matrix_occupancy_pct": 30.0,
     # SMs underfilled: SMs busy half the time with under 20% of their warp slots occupied and no pipe
     # or DRAM near its threshold. Large GEMMs run at 12-14% occupancy with full tensor pipes, so the
     # pipes must be quiet for low occupancy to be the finding.
