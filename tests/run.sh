@@ -26,10 +26,7 @@ else
   bash packaging/install.sh --test
   py="$prefix/venv/bin/python"
 fi
-# the whole suite unless test paths are named (tests/run.sh tests/unit/test_x.py -x runs that file only)
-named=0
-for a in "$@"; do
-  case "$a" in -*) ;; *) [ -e "${a%%::*}" ] && named=1 ;; esac
-done
-[ "$named" = 1 ] || set -- tests "$@"
-exec "$py" -m pytest -q -ra -p no:cacheprovider "$@"
+# the whole suite unless paths are given (bash tests/run.sh tests/integration/test_x.py -x)
+paths=(tests)
+for a in "$@"; do case $a in -*) ;; *) paths=(); break ;; esac; done
+exec "$py" -m pytest -q -ra -p no:cacheprovider "${paths[@]}" "$@"

@@ -101,9 +101,8 @@ def test_users_read_only_their_own_jobs(site):
     # an ordinary user cannot open the private controller store: no summary there for them
     denied = _run(env, "report", 11, "--source", "controller", user=TEST_USER)
     assert denied.returncode == 1 and "no summary" in denied.stderr
-    # a summary the user can read (the node's job dir) of someone else's job: refused by uid
+    # a summary the user could read (an older node's 0644 file) of someone else's job: refused by uid
     s = summary.node_summary(aggregates(job_id=78), context(job_id=78, uid=0, user="root"))
-    # readable by the user (records are 0600 now): the refusal must come from the uid check itself
     jobstate.write_json(jobstate.job_dir(str(tmp / "run"), 78) / "node_summary.json", s, mode=0o644)
     other = _run(env, "report", 78, user=TEST_USER)
     assert other.returncode == 1 and "not yours" in other.stderr
