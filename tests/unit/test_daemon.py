@@ -424,6 +424,8 @@ def test_top_rows_from_live_reply(base):
     assert [row[0] for row in rows] == ["0", "1"]
     assert rows[0][1] == "-" and rows[1][1] == "95 (root)"
     assert rows[1][2] == "60%" and rows[1][7] == "210 W"
+    # an array task shows as users name it, never by its raw id alone
+    assert top.rows(live, {95: "90_5"})[1][1] == "90_5 (root)"
 
 
 def test_corrupt_store_is_moved_aside_and_replaced(base):
