@@ -57,6 +57,8 @@ def gpu_time(hours: object) -> str:
     v = _num(hours)
     if v is None:
         return "n/a GPU-hours"
+    if v * 3600 < 0.5:
+        return "<1 GPU-second"
     if v * 3600 < 60:
         return f"{v * 3600:.0f} GPU-seconds"
     if v < 1:

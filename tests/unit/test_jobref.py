@@ -82,3 +82,22 @@ def test_without_slurm_a_plain_number_is_the_raw_id_and_an_array_task_an_error()
     assert resolve.resolve_one(FakeSlurm(error="sacct not found"), JobRef(12)) == resolve.Job(12, "12")
     with pytest.raises(resolve.JobLookupError, match="Slurm did not answer"):
         resolve.resolve_one(FakeSlurm(error="sacct not found"), JobRef(8, task=3))
+
+
+def _fake_slurm(tmp_path, sacct: str, squeue: str) -> Slurm:
+    """sacct and squeue that print fixed lines (their real output is tested on the cluster)."""
+    for tool, out in (("sacct", sacct), ("squeue", squeue)):
+        (tmp_path / tool).write_text(f"#!/bin/sh\nprintf '{out}'\n")
+        (tmp_path / tool).chmod(0o755)
+    return Slurm(str(tmp_path))
+
+
+def test_job_ids_take_a_tasks_own_name_over_the_bare_array_id_or_a_pending_range(tmp_path):
+    # the last task of array 8 has raw id 8: at its end sacct may still print it as "8" while squeue
+    # says "8_2"; before it starts, both print the pending range "8_[2]"
+    s = _fake_slurm(tmp_path, "8|8|COMPLETED\\n9|8_1|COMPLETED\\n", "8|8_2|COMPLETING\\n")
+    assert s.job_ids("8") == [(8, "8_2", "COMPLETING"), (9, "8_1", "COMPLETED")]
+    s = _fake_slurm(tmp_path, "8|8_[2]|PENDING\\n", "8|8_2|RUNNING\\n")
+    assert s.job_ids("8") == [(8, "8_2", "RUNNING")]
+    s = _fake_slurm(tmp_path, "8|8_2|COMPLETED\\n", "8|8|COMPLETED\\n")
+    assert s.job_ids("8") == [(8, "8_2", "COMPLETED")]

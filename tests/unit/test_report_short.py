@@ -32,6 +32,7 @@ def test_units_read_as_a_person_writes_them():
     assert [units.duration(x) for x in (0.5, 4, 42.2, 150, 7200, None)] == ["0.5 s", "4 s", "42 s", "2.5 min", "2.0 h", "n/a"]
     assert units.time_axis(5) == (1.0, "s") and units.time_axis(600) == (60.0, "min") and units.time_axis(9000) == (3600.0, "h")
     assert units.gpu_time(4 / 3600) == "4 GPU-seconds" and units.energy(0.0004) == "0 Wh"
+    assert units.gpu_time(0.1 / 3600) == "<1 GPU-second"
 
 
 def _layout(series: dict, cid: str):
