@@ -126,8 +126,10 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, clusterstore.sqlite3.Error) as e:
             print(f"gpuperf jobs: cannot read the controller's store {path}: {e}", file=sys.stderr)
             return 1
-        # the store keeps Slurm's raw ids: one sacct call names them as users do (8_3), where it answers
-        shown = records.names([r["job_id"] for r in rows])
+        # the store keeps Slurm's raw ids: sacct names them as users do (8_3), where it answers; a
+        # period's listing in one call over the period, named jobs by their ids
+        start = None if since is None else datetime.fromtimestamp(since - 86400).strftime("%Y-%m-%dT%H:%M:%S")
+        shown = records.names([r["job_id"] for r in rows], start) if rows else {}
         for r in rows:
             r["job"] = shown.get(r["job_id"], str(r["job_id"]))
     if args.json:

@@ -101,3 +101,13 @@ def test_job_ids_take_a_tasks_own_name_over_the_bare_array_id_or_a_pending_range
     assert s.job_ids("8") == [(8, "8_2", "RUNNING")]
     s = _fake_slurm(tmp_path, "8|8_2|COMPLETED\\n", "8|8|COMPLETED\\n")
     assert s.job_ids("8") == [(8, "8_2", "COMPLETED")]
+
+
+def test_names_of_a_long_listing_take_one_call_over_the_period_then_ask_only_the_rest(tmp_path):
+    log = tmp_path / "calls.log"
+    (tmp_path / "sacct").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\nprintf '8|8_3\\n9|9\\n12|10+1\\n'\n")
+    (tmp_path / "sacct").chmod(0o755)
+    got = resolve.names(Slurm(str(tmp_path)), [8, 9, 12, 77], since="2026-11-01T00:00:00")
+    assert got == {8: "8_3", 9: "9", 12: "10+1"}
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and "-S 2026-11-01T00:00:00" in calls[0] and "-j 77 " in calls[1]
