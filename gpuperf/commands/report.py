@@ -19,7 +19,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuperf.model import admincomment, summary as summary_mod
+from gpuperf.model import admincomment
+from gpuperf.diagnosis import jobsummary
 from gpuperf.files import config as config_mod, jobstate
 from gpuperf import diagnosis
 from gpuperf.controller import clusterstore
@@ -70,7 +71,7 @@ def _from_daemon(cfg, job_id: int, want_live: bool) -> dict | None:
         return None
     ctx = {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
            "job_dir": str(jobstate.job_dir(cfg.general.run_dir, job_id)), "thresholds": cfg.report.thresholds}
-    s = summary_mod.node_summary(aggs, ctx)
+    s = jobsummary.node_summary(aggs, ctx)
     s["live"] = want_live
     return s
 
@@ -166,7 +167,7 @@ def _from_controller(cfg, job_id: int) -> dict | None:
 
 def _from_job_dir(cfg, job_id: int) -> dict | None:
     s = jobstate.read_json(jobstate.job_dir(cfg.general.run_dir, job_id) / "node_summary.json")
-    return s if isinstance(s, dict) and s.get("schema") == summary_mod.SCHEMA else None
+    return s if isinstance(s, dict) and s.get("schema") == jobsummary.SCHEMA else None
 
 
 def _from_sacct(cfg, job_id: int) -> dict | None:

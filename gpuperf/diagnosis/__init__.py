@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuperf.model import gpuspecs
+from gpuperf.model.summary import job_totals
 from gpuperf.diagnosis import advice, phases, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
@@ -144,8 +145,6 @@ def _unused(gpus: list[dict], th: dict[str, float]) -> tuple[dict[str, Any] | No
 
 def _restrict(summary: dict, gpus: list[dict]) -> dict:
     """The summary as if the job had held only ``gpus`` (job-wide figures recomputed)."""
-    from gpuperf.model.summary import job_totals  # summary imports this package; the reverse only at call time
-
     job = job_totals(gpus)
     if job.get("idle_pct") is None:
         # summaries that kept each GPU's no-kernel share but not its seconds (older, or trimmed ones)
