@@ -17,13 +17,18 @@ from gpuperf.daemon import protocol
 from gpuperf.daemon.pub import sample_dict
 
 
+# the prolog's steps run here for its fast path (``gpuperf.prolog.indaemon.run``): (cfg, the forwarded job,
+# the cached health result, a registration callback, now=) -> the reply's members
+PrologSteps = Callable[..., dict[str, Any]]
+
+
 def public_reg(row: dict[str, Any]) -> dict[str, Any]:
     """The registration fields a reply shows."""
     return {k: row.get(k) for k in ("job_id", "uid", "user", "gpus", "cpus", "node", "start", "end", "state", "partial")}
 
 
 class OpsMixin:
-    """Needs: stats, store, running, latest, latest_t, node, sampler, health_fn, health, cfg, log, uids."""
+    """Needs: stats, store, running, latest, latest_t, node, sampler, health_fn, health, cfg, log, uids, prolog."""
 
     stats: dict[str, float]
     store: Any
@@ -41,6 +46,7 @@ class OpsMixin:
     latest_t: float | None
     health_fn: Any
     health: dict[str, Any] | None
+    prolog: PrologSteps | None
 
     def may_write(self, uid: int | None) -> bool:
         """Root and SlurmUser may register and finalise."""
@@ -95,7 +101,8 @@ class OpsMixin:
 
     def op_prolog(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """The prolog's fast path: run its steps here, or say why not (the prolog then runs them)."""
-        from gpuperf.prolog import indaemon
+        if self.prolog is None:
+            return protocol.ok(done=False, why="this daemon was started without the prolog's steps")
 
         def register(job: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -104,7 +111,7 @@ class OpsMixin:
                 return protocol.error(str(e))
 
         t0 = time.perf_counter()
-        out = indaemon.run(self.cfg, req.job, self.health, register, now=self.clock())
+        out = self.prolog(self.cfg, req.job, self.health, register, now=self.clock())
         out["daemon_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         if not out["done"]:
             self.log.info("prolog left to the hook: %s", out["why"])

@@ -35,10 +35,10 @@ from gpuperf.daemon.attribution import Attributor
 from gpuperf.daemon.channels import Channels, pub_endpoint  # noqa: F401 - part of this module's interface
 from gpuperf.daemon.chores import Chore, Chores, Ticks
 from gpuperf.daemon.jobs import JobsMixin, RunningJob  # noqa: F401 - part of this module's interface
-from gpuperf.daemon.ops import OpsMixin
+from gpuperf.daemon.ops import OpsMixin, PrologSteps
 from gpuperf.daemon.pub import sweep_message
 from gpuperf.daemon.sampling import SamplingMixin
-from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock, warm_prolog  # noqa: F401
+from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock  # noqa: F401
 from gpuperf.daemon.workers import Deliveries, Health, HealthFn, ProbeLoop, health_from_checks
 from gpuperf.model import gpuerrors as errors
 from gpuperf.samplers.base import GpuSample, Sampler
@@ -66,13 +66,20 @@ def _uid_of(name: str) -> int | None:
 
 
 class Daemon(OpsMixin, JobsMixin, SamplingMixin):
-    """The node daemon. ``run()`` blocks until ``stop()``; tests drive it from a thread."""
+    """The node daemon. ``run()`` blocks until ``stop()``; tests drive it from a thread.
+
+    ``prolog``: the prolog's steps for its fast path (``gpuperf.prolog.indaemon.run``), handed in by
+    ``gpuperf daemon``: the hooks sit above the daemon and the daemon imports none of them. Without
+    it the daemon declines every fast-path request and each prolog runs its steps itself.
+    """
 
     def __init__(self, cfg: Any, sampler: Sampler, node: str | None = None,
                  health_fn: HealthFn | None | bool = True,
                  attributor: Attributor | None = None, clock: Callable[[], float] = time.time,
-                 metrics: bool = True, send_summaries: bool = True, xid_source: Any = True):
+                 metrics: bool = True, send_summaries: bool = True, xid_source: Any = True,
+                 prolog: PrologSteps | None = None):
         self.cfg = cfg
+        self.prolog = prolog
         self.sampler = sampler
         self.gpu_names = gpu_names(sampler)
         self.gpu_uuids = gpu_names(sampler, "uuid")
@@ -147,7 +154,6 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
             self._threads.append(self.prober.thread())
         for t in self._threads:
             t.start()
-        warm_prolog(self.log)
         if self.want_metrics:
             serve_metrics(self.cfg, lambda: self._view, self.log)
         self._publish_view()
@@ -243,8 +249,8 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
                       "stats": dict(self.stats)}
 
 
-def serve(cfg: Any, backend: str | None = None) -> int:
-    """Run the node daemon until SIGTERM/SIGINT (``gpuperf daemon``)."""
+def serve(cfg: Any, backend: str | None = None, prolog: PrologSteps | None = None) -> int:
+    """Run the node daemon until SIGTERM/SIGINT (``gpuperf daemon``); ``prolog`` as ``Daemon`` takes it."""
     from gpuperf.samplers import SamplerUnavailable, open_sampler
 
     lg = log.get("daemon")
@@ -253,7 +259,7 @@ def serve(cfg: Any, backend: str | None = None) -> int:
     except SamplerUnavailable as e:
         lg.error("no sampler: %s", e)
         return 2
-    d = Daemon(cfg, sampler)
+    d = Daemon(cfg, sampler, prolog=prolog)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: d.stop())
     try:
