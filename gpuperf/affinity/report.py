@@ -54,6 +54,7 @@ def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[s
     prolog's plan for one rank per GPU (status "planned"). None when the prolog left nothing.
     """
     d = Path(job_dir)
+    ignored = ignored if ignored is not None else safeio.Ignored()
     planned = jobstate.read_json(d / REPORT_FILE)
     try:
         parsed = affinity.parse_plan_text((d / PLAN_FILE).read_text())
@@ -73,7 +74,7 @@ def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[s
         for r in sorted(records, key=order):
             out[r.get("rank", "0")] = {
                 "gpu": r.get("gpus"), "numa": r.get("numa"), "status": r.get("status"), "mem": r.get("mem"),
-                "step": r.get("step"), "cpus": _cpus(r.get("cpus")),
+                "step": r.get("step"), "cpus": _cpus(r, ignored),
             }
         counts: dict[str, int] = {}
         for r in records:
@@ -84,8 +85,12 @@ def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[s
     return out
 
 
-def _cpus(text: str | None) -> list[int]:
+def _cpus(rec: dict[str, str], ignored: safeio.Ignored | None) -> list[int]:
+    """A task's ``cpus=`` as ids; a list that is not one (or names a CPU no node has) is refused and said."""
+    text = rec.get("cpus")
     try:
         return affinity.parse_cpu_list(text) if text and text != "none" else []
-    except ValueError:
+    except ValueError as e:
+        if ignored is not None:
+            ignored.add(f"{APPLIED_DIR}/{rec.get('step', '')}.{rec.get('rank', '')}", f"cpus: {str(e)[:80]}")
         return []

@@ -58,7 +58,8 @@ def estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     out.update(model=spec.model, source=spec.source, peak_tensor_tflops=spec.tensor_bf16_tflops,
                peak_fp32_tflops=spec.fp32_tflops, peak_mem_bw_gbps=spec.mem_bw_gbps, fp8=spec.fp8,
                ridge_flop_per_byte=_r(spec.tensor_bf16_tflops * 1e3 / spec.mem_bw_gbps),
-               error_pct=roofline.ERROR_PCT, clock_scaled=est["clock_scaled"])
+               error_pct=est["kind_error_pct"], clock_scaled=est["clock_scaled"],
+               kind=est["kind"], by_kind=est["by_kind"])
     # the busier of the tensor and FP pipes sets the compute estimate
     tflops, bw = est["tflops"], est["dram_gbps"]
     out["tensor_tflops_est"] = _r(est["tensor_tflops"])

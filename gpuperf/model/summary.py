@@ -11,7 +11,8 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
     {"schema": "gpuperf.summary.v1", "job_id", "user", "uid", "nodes": [..], "start", "end", "wall_s",
      "gpus": [{"node", "gpu", "name", "samples", "seconds", "sm_active_pct", "sm_occupancy_pct",
                "tensor_active_pct", "dram_active_pct", "fp16_active_pct", "fp32_active_pct",
-               "fp64_active_pct", "util_gpu_pct", "util_minus_sm_pct", "mem_peak_mib", "mem_total_mib",
+               "fp64_active_pct", "int_active_pct", "tensor_hmma_pct", "tensor_imma_pct", "tensor_dfma_pct",
+               "tensor_dmma_pct", "util_gpu_pct", "util_minus_sm_pct", "mem_peak_mib", "mem_total_mib",
                "mem_peak_pct", "power_mean_w", "power_max_w", "power_limit_w", "energy_j", "energy_kwh",
                "energy_source", "nvlink_tx_bytes", "nvlink_rx_bytes", "nvlink_bps", "pcie_tx_bytes",
                "pcie_rx_bytes", "pcie_bps", "throttle_s": {reason: s}, "idle_s", "idle_pct", "temp_max_c",
@@ -48,12 +49,18 @@ _MEANS: dict[str, str] = {
     "fp16_active_pct": "fp16_active_pct",
     "fp32_active_pct": "fp32_active_pct",
     "fp64_active_pct": "fp64_active_pct",
+    "int_active_pct": "int_active_pct",
+    "tensor_hmma_pct": "tensor_hmma_pct",
+    "tensor_imma_pct": "tensor_imma_pct",
+    "tensor_dfma_pct": "tensor_dfma_pct",
+    "tensor_dmma_pct": "tensor_dmma_pct",
     "util_gpu_pct": "util_gpu_pct",
     "power_mean_w": "power_w",
     "sm_clock_mhz": "sm_clock_mhz",
 }
 _PCT_KEYS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct", "fp16_active_pct",
-             "fp32_active_pct", "fp64_active_pct", "util_gpu_pct")
+             "fp32_active_pct", "fp64_active_pct", "int_active_pct", "tensor_hmma_pct", "tensor_imma_pct",
+             "tensor_dfma_pct", "tensor_dmma_pct", "util_gpu_pct")
 THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
 J_PER_KWH = 3.6e6
 
@@ -315,7 +322,10 @@ def node_part(aggregates: dict, context: dict) -> dict:
     }
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     if ignored.reasons:
+        # what the job's user left in its files was refused: the summary lacks it, and says so
         s["quality"]["ignored"] = ignored.shown()
+        s["quality"]["partial"] = True
+        s["quality"]["reasons"].append(f"{len(ignored.reasons) + ignored.more} job record(s) refused")
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
     return s

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuperf.affinity import plan as affinity
 from gpuperf.affinity.report import APPLIED_DIR, PLAN_FILE, REPORT_FILE
-from gpuperf.files import jobstate
+from gpuperf.files import acl, jobstate
 from gpuperf.files.config import Config
 from gpuperf.hookbase.hook import HookState
 from gpuperf.hookbase.jobctx import JobContext
@@ -67,7 +67,11 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
                     {c for n in topology.get("numa_nodes") or [] for c in n.get("cpus") or []})
     text = cgroup_cpus(cfg.affinity.cgroup_root, ctx.uid, ctx.job_id) if ctx.job_id is not None else None
     if text:
-        return affinity.parse_cpu_list(text), "cgroup"
+        try:
+            # the job's own cpuset is the authority; the node's CPUs bound it (a list never names more)
+            return _on_node(affinity.parse_cpu_list(text), online), "cgroup"
+        except ValueError:
+            pass
     slurm = Slurm(cfg.general.slurm_bin_dir)
     try:
         ids = slurm.job_cpu_ids(ctx.job_id, ctx.node) if ctx.job_id is not None else None
@@ -76,9 +80,18 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
         mapped = affinity.slurm_ids_to_os(affinity.parse_cpu_list(ids), topology, *layout) if layout else None
     except (SlurmError, ValueError):
         mapped = None
+    mapped = _on_node(mapped or [], online)
     if mapped:
         return mapped, "scontrol"
     return online, "all"
+
+
+def _on_node(cpus: list[int], online: list[int]) -> list[int]:
+    """``cpus`` that the node has (all of them when the node's list is unknown)."""
+    if not online:
+        return cpus
+    have = set(online)
+    return [c for c in cpus if c in have]
 
 
 LAYOUT_TTL_S = 300.0
@@ -132,7 +145,7 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
         topology = load_topology(cfg)
         alloc, plans = build(ctx, cfg, topology, *job_cpus(ctx, cfg, topology))
     jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
-    _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans))
+    _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans), ctx.uid)
     _applied_dir(jdir / APPLIED_DIR, ctx.uid)
     jobstate.write_json(jdir / REPORT_FILE, _planned_view(plans, alloc))
     # the report shows the one-rank-per-GPU shape (the common one) and the job's own shape when known
@@ -146,20 +159,25 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, text: str, uid: int | None) -> None:
+    """The plan: root's, readable by the job's user (its tasks pin from it) and no other user."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    acl.grant_read(tmp, uid)
     os.replace(tmp, path)
 
 
 def _applied_dir(path: Path, uid: int | None) -> None:
-    """A directory the job's tasks (running as the job user) can write their records into."""
+    """A directory the job's tasks (running as the job user) can write their records into; no other user
+    reads it (root does, through safeio)."""
     path.mkdir(parents=True, exist_ok=True)
     if uid is not None and os.geteuid() == 0:
         os.chown(path, uid, -1)
-    path.chmod(0o755)
+    path.chmod(0o700)
 
 
 def _planned_view(plans: list[affinity.AffinityPlan], alloc: affinity.Allocation) -> dict[str, Any]:

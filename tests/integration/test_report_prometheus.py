@@ -27,7 +27,7 @@ import pytest
 from gpuperf.files import config
 from gpuperf.model import series
 from gpuperf.diagnosis import jobsummary as summary
-from gpuperf.commands import report
+from gpuperf.jobrecords import series as report
 from gpuperf.controller import clusterstore, merge
 
 ROOT = Path(__file__).resolve().parents[2]
