@@ -7,6 +7,7 @@ underfilled, host copies) and the distance to the roofline stand beside the clas
 job into phases, and then the class is that of its longest working phase (start-up and an idle tail
 are phases, never the class of a job that worked), so the class never contradicts the phases.
 Thresholds come from ``[report] thresholds`` in the config (``thresholds.py`` says why each is what it is).
+``jobsummary`` gives the whole summary: the job model's figures with their estimates and this diagnosis.
 """
 
 from __future__ import annotations
