@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import admincomment, summary
+from gpuperf.model import admincomment
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.controller import clusterstore
 from gpuperf.report import fromrecording
 

@@ -27,6 +27,7 @@ import zmq
 from gpuperf.files import config
 from gpuperf.daemon import client, protocol
 from gpuperf.daemon.server import Daemon
+from gpuperf.prolog import indaemon
 from gpuperf.samplers.base import GpuSample
 from otheruser import OtherUserPython
 
@@ -97,6 +98,7 @@ class Running:
         kw.setdefault("health_fn", lambda: [{"code": "gpu_missing", "status": "ok", "detail": "2 GPUs", "ms": 1.0}])
         kw.setdefault("metrics", False)
         kw.setdefault("send_summaries", False)
+        kw.setdefault("prolog", indaemon.run)   # as ``gpuperf daemon`` composes it
         self.d = Daemon(cfg, sampler, node="n1", **kw)
         self.th = threading.Thread(target=self.d.run, daemon=True)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import mailtext, units
 from gpuperf.wrappers import mail
 from report_fixtures import aggregates, context

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import html, terminal
 from report_fixtures import aggregates, context
 
