@@ -1,4 +1,5 @@
-"""The daemon's helper threads: deliveries of finalised jobs, and the cached fast health checks."""
+"""The daemon's helper threads: deliveries of finalised jobs, the cached fast health checks (and the GPU
+error counters of the node read they make), the opt-in idle-node probe."""
 
 from __future__ import annotations
 
@@ -12,8 +13,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuperf.daemon import deliver as deliver_mod
+from gpuperf.model import gpuerrors as errors
 
 HealthFn = Callable[[], list[dict[str, Any]]]
+
+
+class ErrorCounters:
+    """The GPUs' error counters from the latest node read (``gpus.v1``); jobs are charged their growth."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, dict[str, int]] = {}
+
+    def note(self, snapshot: dict[str, Any]) -> None:
+        """Keep the counters of a node read (from the health thread)."""
+        self.current = errors.counters(snapshot)   # one assignment: the loop thread reads it whole
+
+    def get(self) -> dict[str, dict[str, int]]:
+        """The latest counters ({} before the first read)."""
+        return self.current
 
 
 def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -> HealthFn | None:
@@ -50,8 +67,8 @@ class Deliveries:
     out costs the thread little), and when it gets through, everything waiting goes next: a controller
     back from an outage hears from the node at its next job end, not a backoff later."""
 
-    def __init__(self, cfg: Any, log: Any, send: bool):
-        self.cfg, self.log, self.send = cfg, log, send
+    def __init__(self, cfg: Any, log: Any, send: bool, monotonic: Callable[[], float] = time.monotonic):
+        self.cfg, self.log, self.send, self.monotonic = cfg, log, send, monotonic
         self._q: queue.Queue = queue.Queue()
         self._seq = itertools.count()
         self._fails = 0              # sends failed in a row (the controller's, not a job's)
@@ -88,7 +105,7 @@ class Deliveries:
 
     def _loop(self) -> None:
         while True:
-            wait = max(0.0, self._later[0][0] - time.monotonic()) if self._later else None
+            wait = max(0.0, self._later[0][0] - self.monotonic()) if self._later else None
             try:
                 item = self._q.get(timeout=wait)
             except queue.Empty:
@@ -113,7 +130,7 @@ class Deliveries:
                 self.log.warning("job %s: delivery: %s", job_id, "; ".join(out["errors"]))
             if summary is None or not self.send:
                 return self._done(outbox)
-        now = time.monotonic()
+        now = self.monotonic()
         backoff = now < self._down_until
         if backoff and (not fresh or now - self._tried < PROBE_EVERY_S):
             return self._down_until, (aggs, context, outbox, summary, False)
@@ -216,7 +233,7 @@ class ProbeLoop:
 
     def probe_once(self) -> None:
         """One probe of every GPU, kept when it ran to the end."""
-        from gpuperf.fleet import probe
+        from gpuperf.checks import probe
 
         res = probe.run(self.cfg, keep_going=lambda: self.idle() and not self._stop.is_set())
         self.last = res.to_dict()

@@ -23,7 +23,7 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
      "diagnosis": {"class", "confidence", "imbalanced", "evidence": [..], "recommendations": [..], "findings": [..],
                    "roofline": {..}, "unused": {..}|None, "busy_class", "phases": [..]}}
 
-A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/fleet/load.py``),
+A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/model/load.py``),
 which the controller folds into the fleet fingerprints; the merged job summary leaves it out.
 """
 
@@ -36,7 +36,7 @@ from gpuperf import diagnosis
 from gpuperf.model import gpuspecs
 from gpuperf.files import jobstate, safeio
 from gpuperf.diagnosis import roofline
-from gpuperf.fleet.load import node_figures
+from gpuperf.model.load import node_figures
 
 SCHEMA = "gpuperf.summary.v1"
 
@@ -301,14 +301,14 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
     ignored = ignored if ignored is not None else safeio.Ignored()
     try:
         # the env part's own reader: per-task values (OMP_NUM_THREADS...) as the tasks exported them
-        from gpuperf.prolog.envplan import report as env_report
+        from gpuperf.env.report import report as env_report
 
         env = env_view(env_report(d, ignored))
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
         env = env_view(safeio.read_json(d / "env.json", ignored=ignored))
     try:
         # the affinity part's own reader: what the tasks applied, else the prolog's plan
-        from gpuperf.prolog.affinityplan import report as affinity_report
+        from gpuperf.affinity.report import report as affinity_report
 
         affinity = affinity_report(d, ignored)
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
