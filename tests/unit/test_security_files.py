@@ -189,11 +189,12 @@ def test_a_delivery_that_raises_is_set_aside_and_the_next_job_is_delivered(tmp_p
 def test_a_flood_of_step_records_costs_the_env_report_its_budget_not_their_size(tmp_path):
     import tracemalloc
 
+    from gpuperf.env import report as envplan
+    from gpuperf.env.plan import CACHE, TASK_DIR
     from gpuperf.files import safeio
-    from gpuperf.prolog import envplan, envtask
 
-    (tmp_path / envtask.CACHE).write_text(json.dumps({"vars": [{"name": "NCCL_ALGO", "value": "Ring"}]}))
-    env = tmp_path / envtask.TASK_DIR
+    (tmp_path / CACHE).write_text(json.dumps({"vars": [{"name": "NCCL_ALGO", "value": "Ring"}]}))
+    env = tmp_path / TASK_DIR
     env.mkdir()
     filler = "x" * (envplan.STEP_MAX_BYTES - 200)           # each file under the per-file limit
     for i in range(600):                                    # ~38 MB in all (the flood: 4,096 = 256 MB)
