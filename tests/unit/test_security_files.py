@@ -299,3 +299,61 @@ def test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_it
         import shutil
 
         shutil.rmtree(base)
+
+
+# --- #1, where the daemon runs: a kernel-log XID counts only when NVML's event API saw it ----------------
+
+def test_corroboration_drops_only_what_nvml_could_see_and_did_not():
+    seen = xid.NvmlSeen(since=1000.0, polled=2000.0, buses=frozenset({"0000:9a:00", "0000:1b:00"}),
+                        events=(("0000:1b:00", 48, 1501.0),))
+    ev = lambda bus, x, t: xid.XidEvent(bus, x, t)  # noqa: E731
+    kept, dropped = xid.corroborate([
+        ev("0000:1b:00", 48, 1500.0),     # NVML saw it (polled a second later)
+        ev("0000:9a:00", 79, 1500.0),     # NVML watched, polled since, saw nothing: dropped
+        ev("0000:1b:00", 79, 1500.0),     # another XID on a GPU NVML saw something else on: dropped
+        ev("0000:9a:00", 79, 900.0),      # before NVML watched: counts
+        ev("0000:9a:00", 79, 1990.0),     # NVML has not had its chance yet: counts
+        ev("0000:c3:00", 79, 1500.0),     # a GPU NVML does not watch: counts
+    ], seen)
+    assert [(e.bus, e.xid, e.t) for e in dropped] == [("0000:9a:00", 79, 1500.0), ("0000:1b:00", 79, 1500.0)]
+    assert len(kept) == 4
+
+
+def test_in_the_daemon_a_kernel_xid_nvml_never_saw_drains_nothing(tmp_path):
+    from gpuperf import checks
+    from gpuperf.daemon import xids
+    from gpuperf.topology import Node
+
+    recorded = load_node(str(NODES / "hgx-h100-2s"))
+    live = Node(topology=recorded.topology, gpus=recorded.gpus, root=None)
+    bus3 = recorded.gpus["gpus"][3]["bus_id"]
+    usec = int((time.clock_gettime(time.CLOCK_MONOTONIC) - 60) * 1e6)     # a minute ago
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(f"3,101,{usec},-;NVRM: Xid (PCI:{bus3.rsplit('.', 1)[0]}): 79, pid=77, GPU has fallen off the bus.\n")
+    cfg = config.defaults()
+    cfg.data["general"]["state_dir"] = str(tmp_path / "state")
+
+    class Source:
+        watched = list(range(8))
+        pending: list = []
+
+        def poll(self):
+            out, self.pending = self.pending, []
+            return out
+
+    now = time.time()
+    witness = xids.Witness(Source(), clock=lambda: now)
+    witness.since = now - 3600                              # the daemon watched for an hour
+    got = {r.code: r for r in checks.run_fast(live, cfg, [3], kmsg=str(kmsg), nvml_seen=witness.seen)}
+    assert got["xid_fatal"].status == "ok", got["xid_fatal"]     # old code: fail, and the node drained
+    assert "corroborated by NVML" in got["xid_fatal"].detail
+    # the same XID, seen by NVML's event API when it happened: it counts
+    (tmp_path / "state").rename(tmp_path / "state0")
+    witness = xids.Witness(Source(), clock=lambda: now - 59)
+    witness.since = now - 3600
+    witness.source.pending = [(3, 79)]
+    witness.poll()
+    witness.clock = lambda: now
+    witness.poll()
+    got = {r.code: r for r in checks.run_fast(live, cfg, [3], kmsg=str(kmsg), nvml_seen=witness.seen)}
+    assert got["xid_fatal"].status == "fail" and "XID 79" in got["xid_fatal"].detail
