@@ -357,3 +357,30 @@ def test_in_the_daemon_a_kernel_xid_nvml_never_saw_drains_nothing(tmp_path):
     witness.poll()
     got = {r.code: r for r in checks.run_fast(live, cfg, [3], kmsg=str(kmsg), nvml_seen=witness.seen)}
     assert got["xid_fatal"].status == "fail" and "XID 79" in got["xid_fatal"].detail
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown)")
+def test_the_plan_without_acls_goes_to_the_users_group_and_never_wider(tmp_path, monkeypatch):
+    import errno
+    import pwd
+
+    from gpuperf.files import acl
+
+    f = tmp_path / "plan"
+    f.write_text("x")
+    os.chmod(f, 0o600)
+
+    def no_acl(*a, **kw):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "setxattr", no_acl)
+    assert acl.grant_read(f, 65534) == "group"
+    assert (os.stat(f).st_mode & 0o777, os.stat(f).st_gid) == (0o640, pwd.getpwuid(65534).pw_gid)
+    os.chmod(f, 0o600)
+
+    def denied(*a, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setxattr", denied)
+    assert acl.grant_read(f, 65534).startswith("none") and os.stat(f).st_mode & 0o777 == 0o600
+    assert acl.grant_read(f, os.geteuid()) == "owner"
