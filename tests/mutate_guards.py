@@ -30,6 +30,7 @@ M = [
  ("safeio: control bytes escaped", "gpuperf/files/safeio.py", "    return text.translate(_CONTROLS)", "    return text", H + "test_terminal_escapes_in_a_users_records_reach_no_report_raw"),
  ("xid: match at the message start", "gpuperf/checks/xid.py", "m = _XID.match(text)", "m = _XID.search(text)", S + "test_a_segfaulting_program_named_like_an_xid_is_not_an_xid"),
  ("xid: kernel facility only", "gpuperf/checks/xid.py", "    if prio >> 3 != 0 or prio < 0:", "    if False:", S + "test_a_segfaulting_program_named_like_an_xid_is_not_an_xid"),
+ ("xid: corroborated by NVML's events in the daemon", "gpuperf/checks/xid.py", "        if could_not_see or any(", "        if True or any(", S + "test_in_the_daemon_a_kernel_xid_nvml_never_saw_drains_nothing"),
  ("cpu list: highest CPU id", "gpuperf/affinity/plan.py", "        if b > max_cpu:", "        if False:", S + "test_cpu_lists_are_bounded"),
  ("cpu list: text length", "gpuperf/affinity/plan.py", "    if len(text) > MAX_CPU_LIST_CHARS:", "    if False:", S + "test_cpu_lists_are_bounded"),
  ("cpu list: ASCII digits only", "gpuperf/affinity/plan.py", "    return s.isascii() and s.isdigit() and len(s) <= 9", "    return s.isdigit() and len(s) <= 9", S + "test_cpu_lists_are_bounded"),
