@@ -99,14 +99,16 @@ class Daemon:
                                gpu_names(sampler), gpu_names(sampler, "uuid"))
         self.node = self.facts.node
         self.errors = ErrorCounters()
-        health_fn = (health_from_checks(cfg, lambda node: self.errors.note(node.gpus)) if health_fn is True
+        health_fn = (health_from_checks(cfg, lambda node: self.errors.note(node.gpus),
+                                        lambda snap: xids.seen_by(self.xid_source, snap)) if health_fn is True
                      else (health_fn or None))
         self.registry = Registry()
         self.attr = attributor or Attributor()
         # a process's SLURM_JOB_ID is believed only from the registered job's user (attribution.py)
         self.attr.job_uid = self.registry.uid_of
         # NVML's XID events for an NVML sampler; tests hand in their own source (or None)
-        self.xid_source = xids.open_source(sampler, self.log) if xid_source is True else xid_source
+        # remembered (Witness): the health checks count a kernel-log XID only where these events saw it
+        self.xid_source = xids.witnessed(xids.open_source(sampler, self.log) if xid_source is True else xid_source)
         self.want_metrics = metrics and cfg.daemon.metrics_port > 0
         self.access = Access.from_config(cfg)
         self.stats: dict[str, float] = {"sweeps": 0, "skipped": 0, "errors": 0, "mismatches": 0, "sweep_s": 0.0,
