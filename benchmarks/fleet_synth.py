@@ -1,7 +1,7 @@
 """A synthetic fleet built from the real GPU recordings (tests/data/recordings), for the fleet proofs.
 
 Each synthetic job on a GPU is a random window of a real recording of that GPU's model, folded by the
-real aggregates (``JobAggregates``) into the node summary's ``fleet`` figures (``gpuperf/fleet/load.py``).
+real aggregates (``JobAggregates``) into the node summary's ``fleet`` figures (``gpuperf/model/load.py``).
 H100 nodes run the H100 recordings (matmul, membound, input-bound, tiny kernels, idle); H200 nodes run
 the 4x H200 all-reduce recording (NVLink). Boards differ a little, as real ones do: each GPU gets a fixed
 SM clock factor (sd 0.4%), temperature offset (sd 1 degC) and NVLink factor (sd 0.5%).
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from gpuperf.model.aggregates import THROTTLE_BITS, JobAggregates
-from gpuperf.fleet.load import node_figures
+from gpuperf.model.load import node_figures
 from gpuperf.samplers.base import GpuSample
 from gpuperf.samplers.replay import load_recording
 

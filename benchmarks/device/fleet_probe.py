@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/device/fleet_probe.py --out "$OUT" [--runs 3]
 
-1. The probe as gpuperf runs it (``gpuperf.fleet.probe.run``: probe_script.py in a separate Python,
+1. The probe as gpuperf runs it (``gpuperf.checks.probe.run``: probe_script.py in a separate Python,
    ``fleet.probe_python`` = this Python), ``--runs`` times, one GPU at a time; right before or after
    it (alternating by run, so neither always meets the cooler GPU) the same operations on that GPU
    (bf16 GEMM of the same size and burst length after the same settling load, device copy of the same
@@ -29,7 +29,7 @@ from pathlib import Path
 from gpuperf.files import config
 from gpuperf.checks.base import CheckEnv
 from gpuperf.checks.builtin import gpu_probe
-from gpuperf.fleet import probe
+from gpuperf.checks import probe
 
 BACKGROUND = """
 import sys, time, torch

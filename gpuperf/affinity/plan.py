@@ -67,22 +67,41 @@ class AffinityPlan:
 
 # --- CPU lists --------------------------------------------------------------------------------
 
-def parse_cpu_list(text: str) -> list[int]:
-    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]; raises ValueError on anything else."""
-    out: set[int] = set()
+MAX_CPU_ID = 16383          # Linux's NR_CPUS is at most 8192 (x86 MAXSMP); twice that leaves room
+MAX_CPU_LIST_CHARS = 65536  # "0,2,4,...,8190" is 20 KiB; a longer list is not one the kernel or Slurm wrote
+
+
+def parse_cpu_list(text: str, max_cpu: int = MAX_CPU_ID) -> list[int]:
+    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]; raises ValueError on anything else.
+
+    Bounded whatever the text (a user writes some of these lists: ``applied/`` records, a job name that
+    fakes ``scontrol``'s fields): a CPU id above ``max_cpu`` or a text over ``MAX_CPU_LIST_CHARS`` is a
+    ValueError, and the work is one pass over the ranges plus at most ``max_cpu + 1`` ids."""
     text = text.strip()
     if not text:
         return []
+    if len(text) > MAX_CPU_LIST_CHARS:
+        raise ValueError(f"CPU list of {len(text)} characters, over {MAX_CPU_LIST_CHARS}")
+    ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"not a CPU list: {text!r}")
+        if not _cpu_id(lo) or (sep and not _cpu_id(hi)):
+            raise ValueError(f"not a CPU list: {text[:80]!r}")
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
-            raise ValueError(f"descending range {part!r} in {text!r}")
-        out.update(range(a, b + 1))
-    return sorted(out)
+            raise ValueError(f"descending range {part!r} in {text[:80]!r}")
+        if b > max_cpu:
+            raise ValueError(f"CPU {b} above the highest CPU id {max_cpu} in {text[:80]!r}")
+        ranges.append((a, b))
+    out = bytearray(max(b for _, b in ranges) + 1)   # ranges overlap: one mark per CPU, never per range
+    for a, b in ranges:
+        out[a:b + 1] = b"\x01" * (b + 1 - a)
+    return [i for i, v in enumerate(out) if v]
+
+
+def _cpu_id(s: str) -> bool:
+    return s.isascii() and s.isdigit() and len(s) <= 9   # "٣" is a digit to str.isdigit; 10 digits is no CPU
 
 
 def format_cpu_list(cpus: Iterable[int]) -> str:

@@ -11,29 +11,13 @@ Public API::
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any, Iterable
 
-from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec, registered, worst
+from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec, registry, worst
 from gpuperf.checks.runner import run_deep, run_fast
 
 __all__ = ["CheckEnv", "CheckResult", "CheckSpec", "registry", "run_fast", "run_deep", "read_node",
            "validate_codes", "worst"]
-
-_loaded = False
-
-
-def registry() -> dict[str, CheckSpec]:
-    """Every check, after importing each module of ``gpuperf.checks.builtin`` (each registers itself)."""
-    global _loaded
-    if not _loaded:
-        from gpuperf.checks import builtin
-
-        for mod in pkgutil.iter_modules(builtin.__path__):
-            importlib.import_module(f"{builtin.__name__}.{mod.name}")
-        _loaded = True
-    return registered()
 
 
 def validate_codes(names: Iterable[str]) -> None:

@@ -90,7 +90,25 @@ def register(code: str, *, severity: str = "fail", cost: str = "fast", default_o
 
 
 def registered() -> dict[str, CheckSpec]:
-    """The registry as filled so far (``gpuperf.checks.registry()`` loads every check first)."""
+    """The registry as filled so far (``registry()`` loads every check first)."""
+    return _REGISTRY
+
+
+_loaded = False
+
+
+def registry() -> dict[str, CheckSpec]:
+    """Every check, after importing each module of ``gpuperf.checks.builtin`` (each registers itself)."""
+    global _loaded
+    if not _loaded:
+        import importlib
+        import pkgutil
+
+        from gpuperf.checks import builtin
+
+        for mod in pkgutil.iter_modules(builtin.__path__):
+            importlib.import_module(f"{builtin.__name__}.{mod.name}")
+        _loaded = True
     return _REGISTRY
 
 

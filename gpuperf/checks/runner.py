@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar
 
 from gpuperf.files import log
 from gpuperf.checks import history, xid
-from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec
+from gpuperf.checks.base import CheckEnv, CheckResult, CheckSpec, registry
 
 T = TypeVar("T")
 
@@ -140,8 +140,6 @@ def run_fast(node: Any, cfg: Any, gpus: list[int], kmsg: str = xid.KMSG) -> list
     Live nodes also get kernel-log XIDs and the per-GPU history (read, then moved forward for
     the GPUs checked). Never raises for a check's fault: that check is ``error``.
     """
-    from gpuperf.checks import registry
-
     snap, env, hist = prepare(node, cfg, kmsg)
     results = run_checks(enabled(registry(), cfg, "fast"), node.topology, snap, gpus, cfg, env, float(cfg.checks.timeout_s))
     if env.live:
@@ -154,8 +152,6 @@ def run_fast(node: Any, cfg: Any, gpus: list[int], kmsg: str = xid.KMSG) -> list
 
 def run_deep(node: Any, cfg: Any, gpus: list[int]) -> list[CheckResult]:
     """The deep checks (seconds to minutes; never in the prolog)."""
-    from gpuperf.checks import registry
-
     env = CheckEnv(now=time.time(), live=node.root is None)
     return run_checks(enabled(registry(), cfg, "deep"), node.topology, node.gpus, gpus, cfg, env,
                       float(cfg.checks.deep_timeout_s) + 5.0)

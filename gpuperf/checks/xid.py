@@ -3,6 +3,14 @@
 The NVIDIA driver logs ``NVRM: Xid (PCI:0000:9a:00): 79, pid=..., GPU has fallen off the bus.``
 /dev/kmsg gives each record with its time since boot in microseconds, so no wall clock is parsed
 from text. ``parse_kmsg_record`` is pure; ``read_kmsg`` is the I/O edge.
+
+Only records the kernel itself wrote count, and only when the driver's text opens the message: a user
+can put that text into a kernel record (a program named ``NVRM: Xid (PCI:...): 79,`` that segfaults
+is quoted by the kernel's segfault line, its file name in the middle of it) and, through a syslog
+daemon, into a record of facility ``user`` (the kernel refuses facility 0 from user space). So the
+record's facility must be 0 (``kern``) and the match is anchored at the message's first character:
+the segfault line starts with the process's ``comm``, which the kernel cuts at 15 characters, shorter
+than ``NVRM: Xid (PCI:x:xx:xx): N``.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 KMSG = "/dev/kmsg"
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\): (\d+)")
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\): (\d{1,6})\b")
 _MAX_RECORDS = 200_000  # a kernel ring buffer holds far fewer; bounds the loop on a flooding log
 
 
@@ -33,13 +41,15 @@ def parse_kmsg_record(record: str, boot_wall: float) -> XidEvent | None:
     head, sep, text = record.partition(";")
     if not sep:
         return None
-    m = _XID.search(text)
+    m = _XID.match(text)  # at the message's start: a user's text quoted inside a record never counts
     if not m:
         return None
     fields = head.split(",")
     try:
-        usec = int(fields[2])
+        prio, usec = int(fields[0]), int(fields[2])
     except (IndexError, ValueError):
+        return None
+    if prio >> 3 != 0 or prio < 0:  # facility kern only: what user space writes into the log is not the driver
         return None
     domain = m.group(1)[-4:].lower().rjust(4, "0")  # NVRM may print an 8-digit domain
     return XidEvent(f"{domain}:{m.group(2).lower()}:{m.group(3).lower()}", int(m.group(4)), boot_wall + usec / 1e6)

@@ -55,8 +55,12 @@ def table(live: dict[str, Any]):
     t = Table(title=f"gpuperf top — {live.get('node', '')}  {time.strftime('%H:%M:%S')}", expand=False)
     for h in HEADERS:
         t.add_column(h, justify="left" if h in ("job (user)", "throttle") else "right")
+    from rich.text import Text
+
+    from gpuperf.files.safeio import printable
+
     for r in rows(live):
-        t.add_row(*r)
+        t.add_row(*(Text(printable(str(c))) for c in r))   # literal: never rich markup, no control bytes
     if not live.get("gpus"):
         t.caption = "no GPUs of yours are in use on this node" if live.get("jobs") == [] else "no samples yet"
     return t

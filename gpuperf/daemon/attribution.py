@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 _ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
 ENVIRON_MAX_BYTES = 8 << 20   # above the kernel's 6 MiB for arguments + environment
@@ -208,3 +208,38 @@ def mismatches(gpu: int, procs: Iterable[tuple[int, int | None]], registered: It
     job on any GPU is a mismatch (on an unallocated GPU it is an unaccounted user)."""
     reg = tuple(sorted(set(registered)))
     return [Mismatch(gpu, pid, job, reg) for pid, job in procs if job is None or job not in reg]
+
+
+class Mismatches:
+    """A sweep's GPU processes checked against the registrations (``mismatches``): each mismatch is noted in
+    every job registered on that GPU (``foreign_processes``) and, once per (GPU, pid, job), recorded as a
+    store event and counted in ``stats["mismatches"]``."""
+
+    SEEN_MAX = 10000
+
+    def __init__(self, attr: Attributor, running: dict[int, Any], store: Any, stats: dict[str, float]):
+        self.attr, self.running, self.store, self.stats = attr, running, store, stats
+        self._seen: set[tuple[int, int, int | None]] = set()
+
+    def check(self, t: float, samples: Iterable[Any], gpu_jobs: dict[int, list[int]]) -> None:
+        """Attribute each sample's processes at sample time ``t`` (inside the sweep's transaction)."""
+        for s in samples:
+            if not s.processes:
+                continue
+            pairs = []
+            for p in s.processes:
+                pid = p.get("pid") if isinstance(p, dict) else None
+                if isinstance(pid, int):
+                    pairs.append((pid, self.attr.job_of(pid)))
+            registered = gpu_jobs.get(s.gpu, [])
+            for m in mismatches(s.gpu, pairs, registered):
+                for jid in registered:
+                    self.running[jid].agg.gpus[s.gpu].note_foreign(m.pid, m.job_id, t)
+                key = (m.gpu, m.pid, m.job_id)
+                if key not in self._seen:
+                    if len(self._seen) > self.SEEN_MAX:
+                        self._seen.clear()
+                    self._seen.add(key)
+                    self.stats["mismatches"] += 1
+                    self.store.add_event(t, registered[0] if registered else m.job_id, "mismatch",
+                                         {"gpu": m.gpu, "pid": m.pid, "process_job": m.job_id, "registered": list(m.registered)})

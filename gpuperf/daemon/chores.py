@@ -1,12 +1,15 @@
 """The loop's timing: sampling ticks, and the periodic chores run after a sweep (each a name, a period,
-a condition; ``run_due`` runs the due ones)."""
+a condition; ``run_due`` runs the due ones); ``JobDirPruner``, the chore that forgets old job records."""
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Collection
+
+from gpuperf.files import jobdirs
 
 
 @dataclass
@@ -58,3 +61,29 @@ class Ticks:
             self.next += self.interval_s
             skipped += 1
         return skipped
+
+
+class JobDirPruner:
+    """Removes the run_dir records of jobs long over (``gpuperf.jobdirs``), never a job in ``registered()``;
+    in a thread of its own, so a record directory a job filled with files cannot stall sampling."""
+
+    def __init__(self, run_dir: str, keep_days: float, registered: Callable[[], Collection[int]], log: Any):
+        self.run_dir, self.keep_days, self.registered, self.log = run_dir, keep_days, registered, log
+        self.thread: threading.Thread | None = None
+
+    def start(self, t: float | None = None) -> None:
+        """Start one pass unless the previous one is still going."""
+        if self.thread is not None and self.thread.is_alive():
+            return
+        keep = set(self.registered())
+
+        def run() -> None:
+            jobdirs.prune_logged(self.log, self.run_dir, self.keep_days, keep=keep)
+
+        self.thread = threading.Thread(target=run, name="jobdirs", daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the pass under way, if any."""
+        if self.thread is not None:
+            self.thread.join(timeout)

@@ -106,7 +106,7 @@ def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tupl
         out["errors"].append(f"no summary module: {e}")
         return out, None
     try:
-        from gpuperf.fleet import probe as fleet_probe  # here: the prolog imports this module for write_pending
+        from gpuperf.checks import probe as fleet_probe  # here: the prolog imports this module for write_pending
 
         ctx = dict(context)
         ctx.setdefault("job_id", job_id)

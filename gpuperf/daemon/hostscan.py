@@ -37,6 +37,19 @@ def scan(running: dict[int, Any], attr: Attributor, nonjob_pids: set[int], sysro
         host.update_net(net)
 
 
+class HostScanner:
+    """The host scan chore: ``scan()`` folds one pass over procfs and sysfs into the running jobs; it keeps
+    the pids found to be of no job between scans (``hostusage.scan_jobs`` skips them)."""
+
+    def __init__(self, running: dict[int, Any], attr: Attributor, sysroot: str, log: Any):
+        self.running, self.attr, self.sysroot, self.log = running, attr, sysroot, log
+        self.nonjob_pids: set[int] = set()
+
+    def scan(self, t: float | None = None) -> None:
+        """Fold the running jobs' process usage and the node's NIC/IB counters."""
+        scan(self.running, self.attr, self.nonjob_pids, self.sysroot, self.log)
+
+
 def job_cgroup(attr: Attributor, procs: dict[str, Any]) -> str | None:
     """The job's CPU-counter cgroup, found from one of its live processes (None: not tracked by cgroup)."""
     for key in procs:

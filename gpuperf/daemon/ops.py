@@ -1,20 +1,27 @@
-"""Protocol ops (a mixin of ``Daemon``): who may ask what, and one ``op_<name>`` method per op.
+"""Protocol ops: who may ask what (``Access``), and ``Ops``: one ``op_<name>`` method per op.
 
-``handle(frame, uid, channel)`` parses a request, applies the socket rules (daemon/README.md, "Who
-may do what") and calls the op; it never raises.
+``Ops.handle(frame, uid, channel)`` parses a request, applies the socket rules (daemon/README.md, "Who
+may do what") and calls the op; it never raises. Its collaborators come in its constructor: the jobs
+(``jobs.Jobs``), the store, the latest sweep (``view.LiveView``), the cached health, the hand-over of a
+finalised job (``handover.Handover``).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import time
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpuperf.model import series as series_mod
-from gpuperf.model.aggregates import JobAggregates
 from gpuperf.daemon import protocol
+from gpuperf.daemon.handover import Handover
+from gpuperf.daemon.jobs import Jobs, NodeFacts
 from gpuperf.daemon.pub import sample_dict
+from gpuperf.daemon.store import Store
+from gpuperf.daemon.view import LiveView
+from gpuperf.model.aggregates import JobAggregates
+from gpuperf.samplers.base import Sampler
 
 
 def public_reg(row: dict[str, Any]) -> dict[str, Any]:
@@ -22,25 +29,25 @@ def public_reg(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row.get(k) for k in ("job_id", "uid", "user", "gpus", "cpus", "node", "start", "end", "state", "partial")}
 
 
-class OpsMixin:
-    """Needs: stats, store, running, latest, latest_t, node, sampler, health_fn, health, cfg, log, uids."""
+def _uid_of(name: str) -> int | None:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
 
-    stats: dict[str, float]
-    store: Any
-    running: dict[int, Any]
+
+@dataclass(frozen=True)
+class Access:
+    """Who may do what: root and SlurmUser write; they and ``admin_uids`` read every job; others their own."""
+
     slurm_uid: int | None
-    admin_uids: set[int]
-    node: str
-    cfg: Any
-    log: Any
-    sampler: Any
-    interval_s: float
-    clock: Callable[[], float]
-    started: float
-    latest: list[Any]
-    latest_t: float | None
-    health_fn: Any
-    health: dict[str, Any] | None
+    admin_uids: frozenset[int] = field(default_factory=lambda: frozenset({0}))
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "Access":
+        """``general.slurm_user`` and ``general.admin_users`` by uid (names unknown here are left out); root is an admin."""
+        admins = {u for u in (_uid_of(n) for n in cfg.general.admin_users) if u is not None} | {0}
+        return cls(_uid_of(cfg.general.slurm_user), frozenset(admins))
 
     def may_write(self, uid: int | None) -> bool:
         """Root and SlurmUser may register and finalise."""
@@ -50,8 +57,30 @@ class OpsMixin:
         """Root, SlurmUser and general.admin_users read every job."""
         return uid is not None and (uid in self.admin_uids or uid == self.slurm_uid)
 
-    def _may_read(self, uid: int | None, job_uid: int | None) -> bool:
+    def may_read(self, uid: int | None, job_uid: int | None) -> bool:
+        """The caller may read a job of ``job_uid``."""
         return self.is_admin(uid) or (uid is not None and uid == job_uid)
+
+    def refusal(self, op: str, uid: int | None, channel: str) -> str | None:
+        """Why ``uid`` may not ask ``op`` on ``channel`` (None: it may)."""
+        if channel in ("control", "hook") and not self.may_write(uid):
+            return f"refused: uid {uid} may not use the {channel} socket"
+        if op in protocol.WRITE_OPS and not self.may_write(uid):
+            return f"refused: {op} needs root or SlurmUser (caller uid {uid})"
+        if uid is None and op != "ping":
+            return "refused: caller's uid unknown"
+        return None
+
+
+class Ops:
+    """The protocol's ops over the daemon's parts (each given here, none reached through another)."""
+
+    def __init__(self, *, access: Access, jobs: Jobs, store: Store, handover: Handover, view: LiveView,
+                 health: Callable[[], "dict[str, Any] | None"], facts: NodeFacts, sampler: Sampler,
+                 clock: Callable[[], float], started: float, stats: dict[str, float], cfg: Any, log: Any):
+        self.access, self.jobs, self.store, self.handover, self.view = access, jobs, store, handover, view
+        self.health, self.facts, self.sampler, self.clock, self.started = health, facts, sampler, clock, started
+        self.stats, self.cfg, self.log = stats, cfg, log
 
     def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
         """One request frame from caller ``uid`` on ``channel`` -> the reply (never raises)."""
@@ -61,37 +90,27 @@ class OpsMixin:
         except protocol.ProtocolError as e:
             self.stats["bad_requests"] += 1
             return protocol.error(str(e))
-        if channel in ("control", "hook") and not self.may_write(uid):
-            return protocol.error(f"refused: uid {uid} may not use the {channel} socket")
-        if req.op in protocol.WRITE_OPS and not self.may_write(uid):
-            return protocol.error(f"refused: {req.op} needs root or SlurmUser (caller uid {uid})")
-        if uid is None and req.op != "ping":
-            return protocol.error("refused: caller's uid unknown")
+        why = self.access.refusal(req.op, uid, channel)
+        if why is not None:
+            return protocol.error(why)
         try:
             return getattr(self, f"op_{req.op}")(req, uid)
         except Exception as e:  # noqa: BLE001 - a bug in one op must not stop the daemon
             self.log.exception("op %s failed", req.op)
-            self._rollback()
+            self.store.rollback_quietly()
             return protocol.error(f"internal error: {type(e).__name__}: {e}")
-
-    def _rollback(self) -> None:
-        if self.store is not None:
-            try:
-                self.store.rollback()
-            except Exception:  # noqa: BLE001 - nothing open, or the store is gone
-                pass
 
     def op_ping(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Liveness and what this daemon is."""
-        return protocol.ok(pid=os.getpid(), node=self.node, backend=getattr(self.sampler, "name", None),
-                           gpus=self.sampler.gpu_count(), interval_s=self.interval_s,
-                           uptime_s=round(self.clock() - self.started, 3), running=len(self.running), uid=uid,
+        return protocol.ok(pid=os.getpid(), node=self.facts.node, backend=getattr(self.sampler, "name", None),
+                           gpus=self.sampler.gpu_count(), interval_s=self.facts.interval_s,
+                           uptime_s=round(self.clock() - self.started, 3), running=len(self.jobs.running), uid=uid,
                            sweeps=int(self.stats["sweeps"]), skipped=int(self.stats["skipped"]),
                            sweep_s=round(self.stats["sweep_s"], 6))
 
     def op_register(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """A job starts on this node (prolog)."""
-        return self.register(req.job)  # type: ignore[attr-defined]
+        return self.jobs.register(req.job)
 
     def op_prolog(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """The prolog's fast path: run its steps here, or say why not (the prolog then runs them)."""
@@ -99,12 +118,12 @@ class OpsMixin:
 
         def register(job: dict[str, Any]) -> dict[str, Any]:
             try:
-                return self.register(protocol.validate_job("register", job))  # type: ignore[attr-defined]
+                return self.jobs.register(protocol.validate_job("register", job))
             except protocol.ProtocolError as e:
                 return protocol.error(str(e))
 
         t0 = time.perf_counter()
-        out = indaemon.run(self.cfg, req.job, self.health, register, now=self.clock())
+        out = indaemon.run(self.cfg, req.job, self.health(), register, now=self.clock())
         out["daemon_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         if not out["done"]:
             self.log.info("prolog left to the hook: %s", out["why"])
@@ -114,72 +133,30 @@ class OpsMixin:
         """A job ended on this node (epilog): its aggregates, final; with ``deliver``, the daemon keeps
         them in its outbox and writes and sends the node summary after replying (``Deliveries``)."""
         job_id = int(req.job["job_id"])
-        rj = self.running.get(job_id)  # type: ignore[attr-defined]
-        reg = dict(rj.reg) if rj is not None else (self.store.job(job_id) or {})  # type: ignore[attr-defined]
-        aggs = self.finalize(job_id, req.job.get("end"), bool(req.job.get("partial")))  # type: ignore[attr-defined]
+        rj = self.jobs.running.get(job_id)
+        reg = dict(rj.reg) if rj is not None else (self.store.job(job_id) or {})
+        aggs = self.jobs.finalize(job_id, req.job.get("end"), bool(req.job.get("partial")))
         if aggs is None:
             return protocol.error(f"job {req.job['job_id']} is not registered on this node")
         if not req.job.get("deliver"):
-            return protocol.ok(aggregates=aggs, series=self._phase_series(aggs))
-        outbox = self.deliver_finalised(aggs, {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
+            return protocol.ok(aggregates=aggs, series=self.handover.phase_series(aggs))
+        outbox = self.handover.deliver_finalised(aggs, {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
                                                "node": reg.get("node") or aggs.get("node"),
                                                "exit_code": req.job.get("exit_code")})
         return protocol.ok(queued=True, outbox=str(outbox) if outbox is not None else None)
 
-    def deliver_finalised(self, aggs: dict[str, Any], context: dict[str, Any]) -> Path | None:
-        """Hand a finalised job to the delivery thread with its series (the coarse one for the diagnosis's
-        phases, the bounded one the controller charts from), however it was finalised: by its epilog, a
-        pending marker, or a reboot; the outbox entry (``Deliveries.put``)."""
-        ctx = dict(context)
-        series = self._phase_series(aggs)
-        if series is not None:
-            ctx["series"] = series
-        ctx["controller_series"] = self._controller_series(aggs)
-        return self.deliveries.put(aggs, ctx)  # type: ignore[attr-defined]
-
-    def _controller_series(self, aggs: dict[str, Any]) -> dict[str, Any] | None:
-        """The job's bounded per-GPU series for the controller (gpuperf.series.v1); None when off or on error."""
-        points = self.cfg.controller.series_points
-        if points <= 0:
-            return None
-        try:
-            return series_mod.compact(self._stored_series(aggs, points), points)   # None: nothing to chart
-        except Exception as e:  # noqa: BLE001 - no series makes the report chartless on the controller, nothing worse
-            self.log.info("job %s: no series for the controller: %s", aggs.get("job_id"), e)  # type: ignore[attr-defined]
-            return None
-
-    def _phase_series(self, aggs: dict[str, Any]) -> dict[str, Any] | None:
-        """The job's series, coarse (diagnosis.phases.SERIES_POINTS points), for its phases; None on any error."""
-        try:
-            from gpuperf.diagnosis import phases
-
-            ser = self._stored_series(aggs, phases.SERIES_POINTS, phases.SERIES_FIELDS)
-            return phases.compact(ser) if ser is not None else None
-        except Exception as e:  # noqa: BLE001 - phases are extra: the aggregates must go out regardless
-            self.log.warning("job %s: no series for its phases: %s", aggs.get("job_id"), e)  # type: ignore[attr-defined]
-            return None
-
-    def _stored_series(self, aggs: dict[str, Any], points: int, fields: Any = None) -> dict[str, Any] | None:
-        """The store's series of a finalised job's GPUs over its run (None: no GPUs or no span); raises on a
-        malformed aggregate."""
-        gpus = [int(g) for g in aggs.get("gpus") or {}]
-        start, end = float(aggs["start"]), float(aggs.get("end") or aggs.get("last_sample_t") or 0.0)
-        if not gpus or end <= start:
-            return None
-        return self.store.series(gpus, start, end, points, fields)  # type: ignore[attr-defined]
-
     def op_job(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Aggregates of one job, live while it runs."""
         job_id = int(req.job["job_id"])
-        rj = self.running.get(job_id)
+        rj = self.jobs.running.get(job_id)
         if rj is not None:
-            if not self._may_read(uid, rj.reg["uid"]):
+            if not self.access.may_read(uid, rj.reg["uid"]):
                 return protocol.error(f"job {job_id} is not yours")
             return protocol.ok(state="running", job=public_reg(rj.reg), aggregates=rj.agg.to_dict())
         row = self.store.job(job_id)
-        if row is None or not self._may_read(uid, row["uid"]):
+        if row is None or not self.access.may_read(uid, row["uid"]):
             # the same answer for "absent" and "not yours": job ids of others are not disclosed
-            return protocol.error(f"job {job_id} is not known here" if row is None or self.is_admin(uid)
+            return protocol.error(f"job {job_id} is not known here" if row is None or self.access.is_admin(uid)
                                   else f"job {job_id} is not yours")
         state = self.store.aggregates(job_id)
         aggs = JobAggregates.from_state(state).to_dict() if state else None
@@ -187,32 +164,32 @@ class OpsMixin:
 
     def op_jobs(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Registrations on this node (the caller's own unless admin), newest first."""
-        rows = self.store.jobs(uid=None if self.is_admin(uid) else uid, limit=500)
+        rows = self.store.jobs(uid=None if self.access.is_admin(uid) else uid, limit=500)
         return protocol.ok(jobs=[public_reg(r) for r in rows])
 
     def op_series(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Downsampled per-GPU series of one job, for the report's charts."""
         job_id = int(req.job["job_id"])
         row = self.store.job(job_id)
-        if row is None or not self._may_read(uid, row["uid"]):
+        if row is None or not self.access.may_read(uid, row["uid"]):
             return protocol.error(f"job {job_id} is not known here")
         t1 = row["end"] if row["end"] is not None else self.clock()
         return protocol.ok(series=self.store.series(row["gpus"], row["start"], t1, req.job["max_points"]))
 
     def op_live(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """The latest sweep and the running jobs (the caller's own GPUs unless admin)."""
-        admin = self.is_admin(uid)
-        jobs = [rj.reg for rj in self.running.values() if admin or rj.reg["uid"] == uid]
+        admin = self.access.is_admin(uid)
+        jobs = [rj.reg for rj in self.jobs.running.values() if admin or rj.reg["uid"] == uid]
         visible = None if admin else {g for r in jobs for g in r["gpus"]}
-        gpus = [sample_dict(s) for s in self.latest if visible is None or s.gpu in visible]
+        gpus = [sample_dict(s) for s in self.view.latest if visible is None or s.gpu in visible]
         now = self.clock()
-        return protocol.ok(t=self.latest_t, node=self.node, gpus=gpus,
+        return protocol.ok(t=self.view.latest_t, node=self.facts.node, gpus=gpus,
                            jobs=[{**public_reg(r), "elapsed_s": round(now - r["start"], 1)} for r in jobs])
 
     def op_health(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """The cached fast health checks (refreshed every health_interval_s)."""
-        h = self.health
-        if self.health_fn is None or h is None:
+        h = self.health()
+        if h is None:
             return protocol.error("no health")
         if "error" in h:
             return protocol.error(f"no health: {h['error']}")

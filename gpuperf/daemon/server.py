@@ -15,32 +15,37 @@ The sampling loop ticks every ``interval_s`` (monotonic clock). A sweep that ove
 logged and the ticks it covered are skipped, never queued. Sweeps and requests share one thread, so
 state needs no locks; the /metrics thread reads an immutable snapshot replaced after each change.
 
-Where each concern lives: ``channels`` (sockets), ``ops`` (protocol ops and who may ask), ``jobs`` (job
-lifecycle, checkpoints, resume, pending markers), ``sampling`` (sweep, attribution, energy), ``hostscan``,
-``chores`` (ticks and periodic chores), ``workers`` (delivery, health and idle-probe threads), ``startup``.
+The daemon is made of parts, each given its collaborators in its constructor; ``Daemon`` is the one place
+that knows them all and composes them (daemon/README.md, "Parts"): the jobs (``jobs.Registry``,
+``jobs.Jobs``), one sweep (``sampling.Sweeper``, ``attribution.Mismatches``, ``sampling.Energy``), the
+latest view (``view.LiveView``), the ops (``ops.Ops``, ``ops.Access``), the hand-over of finalised jobs
+(``handover.Handover``, ``workers.Deliveries``), the chores (``chores``, ``hostscan.HostScanner``), the
+helper threads (``workers``) and the sockets (``channels``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import pwd
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from typing import IO, Any, Callable
 
-from gpuperf.files import jobdirs, log
 from gpuperf.daemon import hostscan, xids
-from gpuperf.daemon.attribution import Attributor
+from gpuperf.daemon.attribution import Attributor, Mismatches
 from gpuperf.daemon.channels import Channels, pub_endpoint  # noqa: F401 - part of this module's interface
-from gpuperf.daemon.chores import Chore, Chores, Ticks
-from gpuperf.daemon.jobs import JobsMixin, RunningJob  # noqa: F401 - part of this module's interface
-from gpuperf.daemon.ops import OpsMixin
-from gpuperf.daemon.pub import sweep_message
-from gpuperf.daemon.sampling import SamplingMixin
+from gpuperf.daemon.chores import Chore, Chores, JobDirPruner, Ticks
+from gpuperf.daemon.handover import Handover
+from gpuperf.daemon.jobs import Jobs, NodeFacts, Registry, RunningJob  # noqa: F401 - part of this module's interface
+from gpuperf.daemon.ops import Access, Ops
+from gpuperf.daemon.sampling import Energy, Sweeper, read_energy
 from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock, warm_prolog  # noqa: F401
-from gpuperf.daemon.workers import Deliveries, Health, HealthFn, ProbeLoop, health_from_checks
-from gpuperf.fleet import errors
+from gpuperf.daemon.store import Store
+from gpuperf.daemon.view import LiveView
+from gpuperf.daemon.workers import Deliveries, ErrorCounters, Health, HealthFn, ProbeLoop, health_from_checks
+from gpuperf.files import log
 from gpuperf.samplers.base import GpuSample, Sampler
 
 ROLLUP_EVERY_S = 60.0
@@ -58,15 +63,21 @@ def gpu_names(sampler: Any, key: str = "name") -> dict[int, str | None]:
         return {}
 
 
-def _uid_of(name: str) -> int | None:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        return None
+@dataclass
+class Opened:
+    """The parts that live while the daemon is open (they need its store and sockets)."""
+
+    store: Store
+    jobs: Jobs
+    handover: Handover
+    chores: Chores
+    sweeper: Sweeper
+    ops: Ops
+    channels: Channels
 
 
-class Daemon(OpsMixin, JobsMixin, SamplingMixin):
-    """The node daemon. ``run()`` blocks until ``stop()``; tests drive it from a thread."""
+class Daemon:
+    """The node daemon: composes its parts. ``run()`` blocks until ``stop()``; tests drive it from a thread."""
 
     def __init__(self, cfg: Any, sampler: Sampler, node: str | None = None,
                  health_fn: HealthFn | None | bool = True,
@@ -74,83 +85,151 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
                  metrics: bool = True, send_summaries: bool = True, xid_source: Any = True):
         self.cfg = cfg
         self.sampler = sampler
-        self.gpu_names = gpu_names(sampler)
-        self.gpu_uuids = gpu_names(sampler, "uuid")
-        self.node = node or os.uname().nodename.split(".")[0]
-        self.clock = clock
+        self.clock = clock           # replaceable (benchmarks run on sample time): every part reads it through _now
         self.log = log.get("daemon")
         self.interval_s = float(getattr(sampler, "interval_s", None) or cfg.daemon.interval_s)
-        self.health_fn = (health_from_checks(cfg, lambda node: self.note_node_snapshot(node.gpus)) if health_fn is True
-                          else (health_fn or None))
-        self.error_counters: dict[str, dict[str, int]] = {}   # per GPU, from the latest health read
+        self.facts = NodeFacts(node or os.uname().nodename.split(".")[0], self.interval_s,
+                               gpu_names(sampler), gpu_names(sampler, "uuid"))
+        self.node = self.facts.node
+        self.errors = ErrorCounters()
+        health_fn = (health_from_checks(cfg, lambda node: self.errors.note(node.gpus)) if health_fn is True
+                     else (health_fn or None))
+        self.registry = Registry()
         self.attr = attributor or Attributor()
+        # a process's SLURM_JOB_ID is believed only from the registered job's user (attribution.py)
+        self.attr.job_uid = self.registry.uid_of
         # NVML's XID events for an NVML sampler; tests hand in their own source (or None)
         self.xid_source = xids.open_source(sampler, self.log) if xid_source is True else xid_source
         self.want_metrics = metrics and cfg.daemon.metrics_port > 0
-        self.slurm_uid = _uid_of(cfg.general.slurm_user)
-        self.admin_uids = {u for u in (_uid_of(n) for n in cfg.general.admin_users) if u is not None} | {0}
-        self.running: dict[int, RunningJob] = {}
-        # a process's SLURM_JOB_ID is believed only from the registered job's user (attribution.py)
-        self.attr.job_uid = lambda j: self.running[j].reg.get("uid") if j in self.running else None
+        self.access = Access.from_config(cfg)
         self.stats: dict[str, float] = {"sweeps": 0, "skipped": 0, "errors": 0, "mismatches": 0, "sweep_s": 0.0,
                                         "requests": 0, "bad_requests": 0}
-        self.latest: list[GpuSample] = []
-        self.latest_t: float | None = None
+        self.view = LiveView(self.registry, self.stats)
         self.started = self.clock()
         self._stop = threading.Event()
-        self._view: dict[str, Any] = {"samples": [], "jobs": [], "stats": {}}
-        self._seen_mismatch: set[tuple[int, int, int | None]] = set()
-        self._nonjob_pids: set[int] = set()
-        self._energy_t = 0.0
         self.deliveries = Deliveries(cfg, self.log, send_summaries)
-        self._health = (Health(self.health_fn, cfg.daemon.health_interval_s, lambda: self.clock(), self._stop)
-                        if self.health_fn is not None else None)
-        self.prober = ProbeLoop(cfg, lambda: not self.running, self.log, self._stop)
-        self.chores = Chores([
-            Chore("host", cfg.daemon.host_interval_s, lambda t: self.scan_host(), only_if=lambda: bool(self.running)),
-            Chore("checkpoint", cfg.daemon.checkpoint_s, self.checkpoint),
-            Chore("rollup", ROLLUP_EVERY_S, lambda t: self._in_store(self.store.rollup, t)),
-            Chore("prune", PRUNE_EVERY_S, lambda t: self._in_store(self.store.prune, t)),
-            Chore("pending", PENDING_EVERY_S, self.take_pending),
-            Chore("jobdirs", JOBDIRS_EVERY_S, lambda t: self.prune_job_dirs()),
-        ])
-        self._pruner: threading.Thread | None = None
+        self._health = Health(health_fn, cfg.daemon.health_interval_s, self._now, self._stop) if health_fn else None
+        self.prober = ProbeLoop(cfg, lambda: not self.registry.running, self.log, self._stop)
+        self.pruner = JobDirPruner(cfg.general.run_dir, cfg.general.job_dir_keep_days, lambda: self.registry.running,
+                                   self.log)
+        self.host = hostscan.HostScanner(self.registry.running, self.attr, hostscan.sys_root(cfg), self.log)
         self._threads: list[threading.Thread] = []
         self._lockfile: IO[str] | None = None
-        self.channels: Channels | None = None
-        self.store: Any = None
+        self.opened: Opened | None = None
         self.ready = threading.Event()
+
+    def _now(self) -> float:
+        return self.clock()
+
+    # what tests and tools read ----------------------------------------------------------
+    @property
+    def running(self) -> dict[int, RunningJob]:
+        """The registered jobs, by id."""
+        return self.registry.running
+
+    @property
+    def store(self) -> Store | None:
+        """The store while the daemon is open (None before and after)."""
+        return self.opened.store if self.opened is not None else None
+
+    @property
+    def ops(self) -> Ops:
+        """The request handler (open daemon only)."""
+        return self._parts().ops
+
+    @property
+    def latest(self) -> list[GpuSample]:
+        """The latest sweep's samples."""
+        return self.view.latest
+
+    @property
+    def latest_t(self) -> float | None:
+        """The latest sweep's sample time."""
+        return self.view.latest_t
 
     @property
     def health(self) -> dict[str, Any] | None:
         """The latest cached fast-check result ({t, results} or {t, error}); None before the first."""
         return self._health.result if self._health is not None else None
 
-    # lifecycle ------------------------------------------------------------------------
+    def refresh_health(self) -> None:
+        """Run the fast checks now and cache the result."""
+        if self._health is not None:
+            self._health.refresh()
+
+    def note_node_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Keep the GPUs' error counters of a node read (``gpus.v1``); jobs are charged their growth."""
+        self.errors.note(snapshot)
+
+    def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
+        """One request frame -> its reply (``Ops.handle``)."""
+        return self._parts().ops.handle(frame, uid, channel)
+
+    def sweep(self) -> None:
+        """One sampling sweep (``Sweeper.sweep``)."""
+        self._parts().sweeper.sweep()
+
+    def _parts(self) -> Opened:
+        if self.opened is None:
+            raise DaemonError("the daemon is not open")
+        return self.opened
+
+    # composition and lifecycle ------------------------------------------------------------
     def open(self) -> None:
         """Lock, open the store, resume running jobs, take pending work, bind the sockets, start helpers."""
         self._lockfile = take_lock(self.cfg.daemon.socket_dir)
-        self.store = open_store(self.cfg, self.log)
-        self._in_store(self.store.add_event, self.clock(), None, "start",
-                       {"pid": os.getpid(), "backend": getattr(self.sampler, "name", "?")})
-        self.resume()
-        restored = self.deliveries.restore()   # before the pending markers: those add to the outbox
-        if restored:
-            self.log.info("%d finalised job(s) in the outbox from before: delivering", restored)
-        self.take_pending()
-        self.end_jobs_from_before_boot()
-        self.channels = Channels(self.cfg, self.log, self.stats)
-        self._threads.append(self.deliveries.thread())
-        if self._health is not None:
-            self._threads.append(self._health.thread())
-        if ProbeLoop.wanted(self.cfg):
-            self._threads.append(self.prober.thread())
+        store = open_store(self.cfg, self.log)
+        try:
+            self.opened = self._compose(store)
+        except BaseException:
+            store.rollback_quietly()   # nothing half done is committed by the close
+            store.close()
+            raise
         for t in self._threads:
             t.start()
         warm_prolog(self.log)
         if self.want_metrics:
-            serve_metrics(self.cfg, lambda: self._view, self.log)
-        self._publish_view()
+            serve_metrics(self.cfg, self.view.current, self.log)
+        self.view.publish()
+
+    def _compose(self, store: Store) -> Opened:
+        """The parts that need the store, composed; the jobs resumed and pending work taken before the sockets."""
+        cfg, lg = self.cfg, self.log
+        store.in_transaction(store.add_event, self.clock(), None, "start",
+                             {"pid": os.getpid(), "backend": getattr(self.sampler, "name", "?")})
+        handover = Handover(store, self.deliveries.put, cfg.controller.series_points, lg)
+        energy = functools.partial(read_energy, self.sampler, lg)
+        jobs = Jobs(store, self.registry, self.facts, clock=self._now, read_energy=energy,
+                    error_counters=self.errors.get, hand_over=handover.deliver_finalised,
+                    on_change=self.view.publish, state_dir=cfg.general.state_dir, log=lg)
+        jobs.resume()
+        restored = self.deliveries.restore()   # before the pending markers: those add to the outbox
+        if restored:
+            lg.info("%d finalised job(s) in the outbox from before: delivering", restored)
+        jobs.take_pending()
+        jobs.end_jobs_from_before_boot()
+        chores = Chores([
+            Chore("host", cfg.daemon.host_interval_s, self.host.scan, only_if=lambda: bool(self.registry.running)),
+            Chore("checkpoint", cfg.daemon.checkpoint_s, jobs.checkpoint),
+            Chore("rollup", ROLLUP_EVERY_S, lambda t: store.in_transaction(store.rollup, t)),
+            Chore("prune", PRUNE_EVERY_S, lambda t: store.in_transaction(store.prune, t)),
+            Chore("pending", PENDING_EVERY_S, jobs.take_pending),
+            Chore("jobdirs", JOBDIRS_EVERY_S, self.pruner.start),
+        ])
+        channels = Channels(cfg, lg, self.stats)
+        sweeper = Sweeper(sampler=self.sampler, store=store, registry=self.registry,
+                          mismatches=Mismatches(self.attr, self.registry.running, store, self.stats),
+                          energy=Energy(energy, cfg.daemon.energy_interval_s), chores=chores.run_due,
+                          xid_source=self.xid_source, view=self.view, pub=channels.pub, stats=self.stats, log=lg)
+        ops = Ops(access=self.access, jobs=jobs, store=store, handover=handover, view=self.view,
+                  health=lambda: self.health, facts=self.facts, sampler=self.sampler, clock=self._now,
+                  started=self.started, stats=self.stats, cfg=cfg, log=lg)
+        self._threads.append(self.deliveries.thread())
+        if self._health is not None:
+            self._threads.append(self._health.thread())
+        if ProbeLoop.wanted(cfg):
+            self._threads.append(self.prober.thread())
+        return Opened(store, jobs, handover, chores, sweeper, ops, channels)
 
     def stop(self) -> None:
         """Ask run() to return (thread- and signal-safe)."""
@@ -158,13 +237,11 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
 
     def close(self) -> None:
         """Checkpoint every running job and release sockets and store."""
-        if self.store is not None:
-            self.checkpoint()
-            self.store.close()
-            self.store = None
-        if self.channels is not None:
-            self.channels.close()
-            self.channels = None
+        o, self.opened = self.opened, None
+        if o is not None:
+            o.jobs.checkpoint()
+            o.store.close()
+            o.channels.close()
         self.deliveries.close()
         if self.xid_source is not None and hasattr(self.xid_source, "close"):
             self.xid_source.close()
@@ -183,64 +260,20 @@ class Daemon(OpsMixin, JobsMixin, SamplingMixin):
 
     def loop(self) -> None:
         """The main loop: requests between ticks, one sweep per tick, overruns skip ticks."""
+        o = self._parts()
         self.ready.set()
         ticks = Ticks(self.interval_s)
         while not self._stop.is_set():
-            self.channels.serve(ticks.wait_ms(POLL_CAP_MS), self.handle)  # type: ignore[union-attr]
+            o.channels.serve(ticks.wait_ms(POLL_CAP_MS), o.ops.handle)
             if not ticks.due():
                 continue
             began = time.monotonic()
-            self.sweep()
+            o.sweeper.sweep()
             self.stats["sweep_s"] = took = time.monotonic() - began
             skipped = ticks.advance()
             if skipped:
                 self.stats["skipped"] += skipped
                 self.log.warning("sweep took %.3f s (interval %.3f s): %d tick(s) skipped", took, self.interval_s, skipped)
-
-    # small pieces the mixins share -------------------------------------------------------
-    def prune_job_dirs(self) -> None:
-        """Remove the run_dir records of jobs long over (``gpuperf.jobdirs``), never a registered job's; in a
-        thread of its own, so a record directory a job filled with files cannot stall sampling."""
-        if self._pruner is not None and self._pruner.is_alive():
-            return
-        keep = set(self.running)
-        cfg = self.cfg.general
-
-        def run() -> None:
-            jobdirs.prune_logged(self.log, cfg.run_dir, cfg.job_dir_keep_days, keep=keep)
-
-        self._pruner = threading.Thread(target=run, name="jobdirs", daemon=True)
-        self._pruner.start()
-
-    def _in_store(self, fn: Callable[..., Any], *args: Any) -> None:
-        """``fn(*args)`` in one store transaction."""
-        self.store.begin()
-        fn(*args)
-        self.store.commit()
-
-    def scan_host(self) -> None:
-        """Fold the running jobs' process usage and the node's NIC/IB counters."""
-        hostscan.scan(self.running, self.attr, self._nonjob_pids, hostscan.sys_root(self.cfg), self.log)
-
-    def note_node_snapshot(self, snapshot: dict[str, Any]) -> None:
-        """Keep the GPUs' error counters of a node read (``gpus.v1``); jobs are charged their growth."""
-        self.error_counters = errors.counters(snapshot)   # one assignment: the loop thread reads it whole
-
-    def refresh_health(self) -> None:
-        """Run the fast checks now and cache the result."""
-        if self._health is not None:
-            self._health.refresh()
-
-    def _publish_sweep(self, t: float, samples: list[GpuSample]) -> None:
-        pub = self.channels.pub if self.channels is not None else None
-        if pub is not None and pub.wanted():
-            pub.publish(sweep_message(t, samples, self._gpu_jobs()))
-        self._publish_view()
-
-    def _publish_view(self) -> None:
-        self._view = {"samples": list(self.latest),
-                      "jobs": [(jid, rj.reg.get("user"), sorted(rj.agg.gpus)) for jid, rj in self.running.items()],
-                      "stats": dict(self.stats)}
 
 
 def serve(cfg: Any, backend: str | None = None) -> int:

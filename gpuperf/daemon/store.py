@@ -27,7 +27,7 @@ import sqlite3
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from gpuperf.files import statefiles
 from gpuperf.model.aggregates import FOLDED_FIELDS
@@ -152,6 +152,19 @@ class Store:
         if self._in_tx:
             self._in_tx = False
             self.db.execute("ROLLBACK")
+
+    def rollback_quietly(self) -> None:
+        """Abandon the open transaction, if any, whatever state the connection is in (after an error)."""
+        try:
+            self.rollback()
+        except Exception:  # noqa: BLE001 - nothing open, or the connection is gone
+            pass
+
+    def in_transaction(self, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` in one transaction (committed; on an error the caller rolls back)."""
+        self.begin()
+        fn(*args)
+        self.commit()
 
     def close(self) -> None:
         """Commit and close."""

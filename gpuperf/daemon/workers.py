@@ -1,9 +1,11 @@
-"""The daemon's helper threads: deliveries of finalised jobs, and the cached fast health checks."""
+"""The daemon's helper threads: deliveries of finalised jobs, the cached fast health checks (and the GPU
+error counters of the node read they make), the opt-in idle-node probe."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import os
 import queue
 import threading
 import time
@@ -11,8 +13,24 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpuperf.daemon import deliver as deliver_mod
+from gpuperf.model import gpuerrors as errors
 
 HealthFn = Callable[[], list[dict[str, Any]]]
+
+
+class ErrorCounters:
+    """The GPUs' error counters from the latest node read (``gpus.v1``); jobs are charged their growth."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, dict[str, int]] = {}
+
+    def note(self, snapshot: dict[str, Any]) -> None:
+        """Keep the counters of a node read (from the health thread)."""
+        self.current = errors.counters(snapshot)   # one assignment: the loop thread reads it whole
+
+    def get(self) -> dict[str, dict[str, int]]:
+        """The latest counters ({} before the first read)."""
+        return self.current
 
 
 def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -> HealthFn | None:
@@ -49,8 +67,8 @@ class Deliveries:
     out costs the thread little), and when it gets through, everything waiting goes next: a controller
     back from an outage hears from the node at its next job end, not a backoff later."""
 
-    def __init__(self, cfg: Any, log: Any, send: bool):
-        self.cfg, self.log, self.send = cfg, log, send
+    def __init__(self, cfg: Any, log: Any, send: bool, monotonic: Callable[[], float] = time.monotonic):
+        self.cfg, self.log, self.send, self.monotonic = cfg, log, send, monotonic
         self._q: queue.Queue = queue.Queue()
         self._seq = itertools.count()
         self._fails = 0              # sends failed in a row (the controller's, not a job's)
@@ -87,14 +105,18 @@ class Deliveries:
 
     def _loop(self) -> None:
         while True:
-            wait = max(0.0, self._later[0][0] - time.monotonic()) if self._later else None
+            wait = max(0.0, self._later[0][0] - self.monotonic()) if self._later else None
             try:
                 item = self._q.get(timeout=wait)
             except queue.Empty:
                 item = heapq.heappop(self._later)[2]
             if item is None:
                 return
-            again = self._one(*item)
+            try:
+                again = self._one(*item)
+            except Exception as e:  # noqa: BLE001 - one job's delivery failing must not stop every other's
+                again = None
+                self._set_aside(item[0].get("job_id"), item[2], e)
             if again is not None:
                 heapq.heappush(self._later, (again[0], next(self._seq), again[1]))
 
@@ -108,7 +130,7 @@ class Deliveries:
                 self.log.warning("job %s: delivery: %s", job_id, "; ".join(out["errors"]))
             if summary is None or not self.send:
                 return self._done(outbox)
-        now = time.monotonic()
+        now = self.monotonic()
         backoff = now < self._down_until
         if backoff and (not fresh or now - self._tried < PROBE_EVERY_S):
             return self._down_until, (aggs, context, outbox, summary, False)
@@ -136,6 +158,16 @@ class Deliveries:
                 self.log.warning("controller did not take job %s's summary (%s): summaries wait in %s, sent again "
                                  "with backoff", job_id, "; ".join(res["errors"]), outbox.parent)
         return self._down_until, (aggs, context, outbox, summary, False)
+
+    def _set_aside(self, job_id: Any, outbox: Path | None, e: Exception) -> None:
+        """A delivery that raised: logged, and its outbox entry kept as ``.bad`` (not replayed at every start)."""
+        self.log.error("job %s: delivery failed: %s: %s; %s", job_id, type(e).__name__, e,
+                       f"its outbox entry kept as {outbox.with_suffix('.bad')}" if outbox else "not kept")
+        if outbox is not None:
+            try:
+                os.replace(outbox, outbox.with_suffix(".bad"))
+            except OSError:
+                pass
 
     def _done(self, outbox: Path | None) -> None:
         if outbox is not None:
@@ -201,7 +233,7 @@ class ProbeLoop:
 
     def probe_once(self) -> None:
         """One probe of every GPU, kept when it ran to the end."""
-        from gpuperf.fleet import probe
+        from gpuperf.checks import probe
 
         res = probe.run(self.cfg, keep_going=lambda: self.idle() and not self._stop.is_set())
         self.last = res.to_dict()

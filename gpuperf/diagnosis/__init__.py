@@ -3,7 +3,9 @@
 Pure: ``diagnose(summary, series=None, thresholds=None) -> Diagnosis``. Order of judgement: nothing
 sampled (``no_data``); allocated GPUs left unused (``unused_gpus``, with the class of the GPUs that
 worked); then the rules in ``classify.py`` on the working GPUs. Findings (tensor cores unused, SMs
-underfilled) and the distance to the roofline stand beside the class; a series splits the job into phases.
+underfilled, host copies) and the distance to the roofline stand beside the class; a series splits the
+job into phases, and then the class is that of its longest working phase (start-up and an idle tail
+are phases, never the class of a job that worked), so the class never contradicts the phases.
 Thresholds come from ``[report] thresholds`` in the config (``thresholds.py`` says why each is what it is).
 """
 
@@ -16,7 +18,7 @@ from gpuperf.model import gpuspecs
 from gpuperf.diagnosis import advice, phases, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
-from gpuperf.diagnosis.thresholds import CLASSES, DEFAULTS, resolve_thresholds
+from gpuperf.diagnosis.thresholds import CLASSES, DEFAULTS, PHASE_ONLY, resolve_thresholds
 
 __all__ = ["CLASSES", "DEFAULTS", "Diagnosis", "diagnose", "resolve_thresholds"]
 
@@ -65,9 +67,6 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         if spec is not None and s.profiled:
             d.roofline = _round(roof if roof is not None and not unused else roofline.job_estimate(used or gpus, spec))
             d.roofline["model"] = spec.model
-            line = _roof_line(cls, d.roofline, spec)
-            if line:
-                d.evidence.append(line)
     if unused:
         d.unused = unused
         d.busy_class, d.cls = cls, "unused_gpus"
@@ -84,13 +83,44 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         burst = _bursts(series, th)
         if burst:
             d.evidence.append(burst)
-        d.phases = phases.segment(series, th)
-    d.notes = _notes(s, summary, th, d.cls)
+        d.phases = phases.segment(series, th, s.pcie_link_gbps)
+        cls = _from_phases(d, cls)
+    d.notes = _notes(s, summary, th, d.cls, d.roofline)
+    if d.roofline is not None and spec is not None:
+        line = _roof_line(d.busy_class or d.cls, d.roofline, spec)
+        if line and line not in d.evidence:
+            d.evidence.append(line)
     d.recommendations = advice.recommend(d.cls, s, spec, d.roofline, d.findings, d.imbalanced and not unused, th)
     if unused:
         more = advice.recommend(cls, s, spec, d.roofline, d.findings, False, th)
         d.recommendations = (d.recommendations[:1] + [r for r in more if r not in d.recommendations[:1]])[:3]
     return d
+
+
+# classes the phases cannot judge (they see no throttle reasons, hosts or nodes): the job-wide rule stands
+_JOB_ONLY = ("no_data", "throttled", "communication_bound", "busy_unprofiled")
+
+
+def _from_phases(d: Diagnosis, cls: str) -> str:
+    """The class of the longest working phase when the job's means (diluted by start-up, idle tails or a
+    minority phase) say otherwise; the evidence says so. Returns the class the working GPUs get."""
+    work = [p for p in d.phases if p.get("work") and p["class"] not in PHASE_ONLY]
+    if not work or cls in _JOB_ONLY:
+        return cls
+    main = max(work, key=lambda p: p["share_pct"])
+    if main["class"] == cls:
+        return cls
+    if main["class"] in _JOB_ONLY:
+        return cls
+    note = (f"class from the longest working phase ({main['class']}, {main['share_pct']:.0f}% of the GPU-hours): "
+            f"the job-wide means read {cls}, diluted by the other phases ("
+            + ", ".join(f"{p['class']} {p['share_pct']:.0f}%" for p in d.phases if p is not main) + ")")
+    if d.cls == "unused_gpus":
+        d.busy_class = main["class"]
+    else:
+        d.cls = main["class"]
+    d.evidence.insert(0 if d.cls != "unused_gpus" else 1, note)
+    return main["class"]
 
 
 def _confidence(cls: str, s: Signals) -> str:
@@ -101,8 +131,11 @@ def _confidence(cls: str, s: Signals) -> str:
     return "medium" if s.sm is not None else "low"
 
 
-def _notes(s: Signals, summary: dict, th: dict[str, float], cls: str) -> list[str]:
+def _notes(s: Signals, summary: dict, th: dict[str, float], cls: str, roof: dict[str, Any] | None = None) -> list[str]:
     notes = []
+    if roof is not None and not roof.get("by_kind") and (s.tensor or 0.0) >= th["tensor_unused_pct"]:
+        notes.append("tensor activity by kind not measured here: tensor work priced at bf16 (FP64 tensor work would "
+                     "read up to 15x high, FP8 2x low)")
     if s.util is not None and s.sm is not None and s.util >= 90 and s.sm < 50:
         notes.append(f"NVML utilization {pct(s.util)} but SM active {pct(s.sm)}: 'utilization' only says a "
                      "kernel was running, not how much of the GPU it used")
@@ -157,9 +190,17 @@ def _restrict(summary: dict, gpus: list[dict]) -> dict:
 
 def _roof_line(cls: str, roof: dict[str, Any], spec: gpuspecs.GpuSpec) -> str | None:
     if cls in ("compute_bound", "busy_unprofiled") and roof.get("tflops") is not None:
-        return (f"estimated {roof['tflops']:.0f} TFLOP/s per GPU, {roof['tensor_peak_pct']:.0f}% of the {spec.model}'s "
-                f"dense bf16 peak ({spec.tensor_bf16_tflops:.0f}); busiest math pipe at {pct(roof['compute_roof_pct'])} "
-                f"of its roof (±{roofline.ERROR_PCT:.0f}%)")
+        kind = roof.get("kind") or "tensor"
+        act, r = (roof.get("kinds") or {}).get(kind) or [roof.get("compute_roof_pct"), None]
+        err = roof.get("kind_error_pct") or roofline.ERROR_PCT
+        if r is None:
+            return f"busiest pipe: {roofline.DTYPES.get(kind, kind)} at {pct(act)} (no peak known for it)"
+        line = (f"estimated {r:.0f} {roofline.KINDS[kind][3]} per GPU of {roofline.DTYPES[kind]} work, "
+                f"its pipe {pct(act)} busy (±{err:.0f}%)")
+        if roof.get("bracket"):
+            lo, hi = roof["bracket"]
+            line += f"; as TF32 {lo:.0f}" + (f", as FP8 {hi:.0f}" if spec.fp8 else "")
+        return line
     if cls == "memory_bound" and roof.get("dram_gbps") is not None:
         return (f"estimated {roof['dram_gbps']:.0f} GB/s per GPU of {spec.mem_bw_gbps:.0f} GB/s peak "
                 f"({pct(roof['dram_roof_pct'])} of the bandwidth roof, ±{roofline.ERROR_PCT:.0f}%)")

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 SCHEMA = "gpuperf.env.v1"
+# in the job's directory, both the job user's: the prolog's plan, and one record per step of what its
+# TaskProlog exported (``gpuperf.env.report`` reads them back for the job's report)
+CACHE = "env.json"
+TASK_DIR = "env"
 # exported with the variables: NAME:crc32 of each value gpuperf set, so a later step (srun inside a
 # batch script, gpuperf-run inside a task) can tell gpuperf's values from the user's own
 MARKER = "GPUPERF_ENV_SET"

@@ -34,16 +34,22 @@ class ConfigError(Exception):
 
 
 class Key:
-    """One config key: its Python type, default, a help line and an optional validator."""
+    """One config key: its Python type, default, a help line and an optional validator.
+
+    A key that a feature owns names that feature's validator as ``"module:function"`` (``env.rules``
+    knows what a rule is, not this module): config sits below every feature and imports none of them;
+    the named module is imported only when a file sets the key to a non-empty value, so the hooks,
+    which load defaults and common settings, never pay for it.
+    """
 
     __slots__ = ("type", "default", "help", "choices", "validate", "item_type")
 
     def __init__(self, type: type | tuple[type, ...], default: Any, help: str = "",
                  choices: tuple[Any, ...] | None = None,
-                 validate: Callable[[Any], None] | None = None,
+                 validate: Callable[[Any], Any] | str | None = None,
                  item_type: type | tuple[type, ...] | None = None) -> None:
         self.type, self.default, self.help, self.choices = type, default, help, choices
-        # validate(value) -> None, raises ValueError with a message naming what is wrong
+        # validate(value) raises ValueError with a message naming what is wrong; its result is unused
         self.validate = validate
         self.item_type = item_type  # for lists
 
@@ -65,30 +71,12 @@ def _hook_bound(v: float) -> None:
         raise ValueError("must be > 0 and <= 3600 seconds")
 
 
-def _report_thresholds(v: dict) -> None:
-    # imported here: only a config that sets thresholds pays for the diagnosis module
-    from gpuperf.diagnosis import resolve_thresholds
-
-    resolve_thresholds(v)
-
-
 def _share(v: float) -> None:
     if not 0 <= v <= 1:
         raise ValueError("must be between 0 and 1")
 
 
-def _check_codes(v: list) -> None:
-    if v:  # the registry is imported only when a code is named, so hooks with defaults stay light
-        from gpuperf.checks import validate_codes
-
-        validate_codes(v)
-
-
-def _env_rules(v: list) -> None:
-    # imported here: only a config that has rules pays for the rule module
-    from gpuperf.env import rules as envrules
-
-    envrules.validate(v)
+CHECK_CODES = "gpuperf.checks:validate_codes"  # the check registry names the known codes
 
 
 # The schema. Sections: general (shared), checks, daemon, env, affinity, report, controller, fleet.
@@ -107,9 +95,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "slurm_user": Key(str, "slurm", "SlurmUser: may register and finalise jobs like root"),
     },
     "checks": {
-        "disabled": Key(list, [], "check codes never run", item_type=str, validate=_check_codes),
-        "fail": Key(list, [], "check codes whose warnings become failures", item_type=str, validate=_check_codes),
-        "enable": Key(list, [], "checks that are off by default to run", item_type=str, validate=_check_codes),
+        "disabled": Key(list, [], "check codes never run", item_type=str, validate=CHECK_CODES),
+        "fail": Key(list, [], "check codes whose warnings become failures", item_type=str, validate=CHECK_CODES),
+        "enable": Key(list, [], "checks that are off by default to run", item_type=str, validate=CHECK_CODES),
         "drain": Key(bool, True, "drain the node when a check fails"),
         "max_drained_share": Key(float, 0.10, "never drain while this share of nodes is drained by gpuperf", validate=_share),
         "timeout_s": Key(float, 5.0, "a check running longer is an error", validate=_positive),
@@ -147,7 +135,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "env": {
         "enabled": Key(bool, True, "inject environment in the TaskProlog"),
         "notice": Key(bool, False, "print a one-line notice in the job's output"),
-        "rules": Key(list, [], "admin policy rules ([[env.rules]] tables)", item_type=dict, validate=_env_rules),
+        "rules": Key(list, [], "admin policy rules ([[env.rules]] tables)", item_type=dict, validate="gpuperf.env.rules:validate"),
         "nccl_version": Key(str, "", "NCCL version jobs use when gpuperf cannot find it (\"2.21.5\"); empty: unknown"),
     },
     "affinity": {
@@ -160,7 +148,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "report": {
         "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),
-        "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults", validate=_report_thresholds),
+        "mail_program": Key(str, "/usr/bin/mail", "the mail program gpuperf-mail (Slurm's MailProg) hands every mail "
+                            "to, with gpuperf's lines added to end-of-job mails"),
+        "mail_wait_s": Key(float, 20.0, "how long gpuperf-mail waits for a job's summary before sending the mail "
+                           "as Slurm wrote it", validate=_positive),
+        "cpu_jobs": Key(bool, False, "follow jobs that hold no GPU on a node too (daemon registration, summary, "
+                        "AdminComment, gpuperf jobs); default: they cost nothing and say nothing"),
+        "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults", validate="gpuperf.diagnosis.thresholds:resolve_thresholds"),
         "html_max_points": Key(int, 2000, "points per time-series line in --html pages (longer series are averaged)", validate=_positive),
         "prometheus_url": Key(str, "", "Prometheus that scrapes the daemons' /metrics: reports chart jobs from it first "
                               "(then the node daemon, then the controller store); empty: not used", validate=_http_url),
@@ -316,12 +310,22 @@ def _check(path: str, full: str, spec: Key, value: Any, line: int | None) -> Any
                 raise ConfigError(path, f"{full}[{i}]", f"must be {_tname(spec.item_type)}, got {item!r}", line)
     if spec.choices is not None and value not in spec.choices:
         raise ConfigError(path, full, f"must be one of {', '.join(map(str, spec.choices))}, got {value!r}", line)
-    if spec.validate is not None:
+    if spec.validate is not None and (value or not isinstance(spec.validate, str)):
         try:
-            spec.validate(value)
+            _validator(spec.validate)(value)
         except ValueError as e:
             raise ConfigError(path, full, str(e), line) from None
     return value
+
+
+def _validator(v: Callable[[Any], Any] | str) -> Callable[[Any], Any]:
+    """The validator itself; a feature's ``"module:function"`` imported now (an empty value never gets here)."""
+    if not isinstance(v, str):
+        return v
+    import importlib
+
+    module, _, name = v.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _tname(t: type | tuple[type, ...]) -> str:

@@ -28,8 +28,11 @@ def job_path(run_dir: str, job_id: int) -> str:
     return os.path.join(run_dir, "jobs", str(int(job_id)))
 
 
-def write_json(path: str | os.PathLike[str], data: Any, mode: int = 0o644) -> None:
-    """Write JSON atomically (tmp file + rename), so a reader never sees half a file."""
+def write_json(path: str | os.PathLike[str], data: Any, mode: int = 0o600) -> None:
+    """Write JSON atomically (tmp file + rename), so a reader never sees half a file.
+
+    0600 unless asked: a job's records hold its environment, affinity and usage, which no other user
+    may read (users read their own through the daemon's socket, the controller or sacct)."""
     parent, name = os.path.split(os.fspath(path))
     os.makedirs(parent or ".", exist_ok=True)
     # pid-unique name in the same directory (tempfile costs the TaskProlog ~3 ms to import)

@@ -10,6 +10,9 @@ another job's file, a 1 GB sparse file, or one of 100,000 entries. Here every re
 - is bounded in size before (``st_size``) and while reading (a file that grows is cut off);
 - lists at most ``max_entries`` names of a directory (``scandir`` stops there, so a huge directory
   costs no more than a small one);
+- counts against byte budgets: ``max_total`` for one directory read, and the job's budget carried by
+  its ``Ignored`` (``JOB_MAX_BYTES`` over every read of one job's files), so 4,096 files of 64 KiB
+  cost a reader what the budget allows, not 256 MiB and their parsing;
 - decodes UTF-8 with replacement and JSON with a bound on nesting (``RecursionError`` is refused).
 
 Each refusal is a reason (``record ignored: <name>: <why>``) added to an ``Ignored`` that the caller
@@ -30,18 +33,22 @@ if TYPE_CHECKING:
 MAX_BYTES = 1 << 20          # a task's record is under 1 KiB; env.json of a big plan ~ 20 KiB
 MAX_ENTRIES = 4096           # ranks x steps of one job on one node; more is not a real job
 SHOWN = 10                   # reasons a report keeps (it must fit an AdminComment)
+MAX_DIR_BYTES = 4 << 20      # one directory read: ranks x steps records of a few hundred bytes
+JOB_MAX_BYTES = 8 << 20      # every read of one job's files together (through one Ignored)
 
 _logged: set[str] = set()
 
 
 class Ignored:
-    """The records refused while reading one job's files: reasons for its report, each logged once."""
+    """The records refused while reading one job's files: reasons for its report, each logged once; and
+    the bytes still to read of that job's files (``left``: every read through this object counts)."""
 
-    __slots__ = ("reasons", "more")
+    __slots__ = ("reasons", "more", "left")
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int = JOB_MAX_BYTES) -> None:
         self.reasons: list[str] = []
         self.more = 0
+        self.left = budget
 
     def add(self, name: str, why: str) -> None:
         """Record one refusal (``name`` relative to the job dir); the first ``SHOWN`` are logged."""
@@ -105,8 +112,8 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _check(st: os.stat_result, uid: int | None, max_bytes: int) -> str | None:
-    """Why a file with this stat must not be read, or None."""
+def _check(st: os.stat_result, uid: int | None, max_bytes: int, room: tuple[int, str] | None = None) -> str | None:
+    """Why a file with this stat must not be read, or None (``room``: bytes left of a budget, its name)."""
     if not stat.S_ISREG(st.st_mode):
         return f"{_kind(st.st_mode)}, not a regular file"
     if uid is not None and st.st_uid != uid:
@@ -115,6 +122,8 @@ def _check(st: os.stat_result, uid: int | None, max_bytes: int) -> str | None:
         return f"a hard link ({st.st_nlink} links)"
     if st.st_size > max_bytes:
         return f"{st.st_size} bytes, over the {max_bytes}-byte limit"
+    if room is not None and st.st_size > room[0]:
+        return f"{st.st_size} bytes, over the {room[0]} bytes left of the {room[1]}"
     return None
 
 
@@ -139,12 +148,12 @@ def _open_dir(path: str | os.PathLike[str], uid: int | None) -> int:
     return fd
 
 
-def _read_at(dir_fd: int, name: str, uid: int | None, max_bytes: int) -> bytes:
+def _read_at(dir_fd: int, name: str, uid: int | None, max_bytes: int, room: tuple[int, str] | None = None) -> bytes:
     try:
         pre = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError as e:
         raise _Refused(e.strerror or "cannot stat") from None
-    why = _check(pre, uid, max_bytes)
+    why = _check(pre, uid, max_bytes, room)
     if why:
         raise _Refused(why)
     try:
@@ -154,19 +163,20 @@ def _read_at(dir_fd: int, name: str, uid: int | None, max_bytes: int) -> bytes:
     try:
         st = os.fstat(fd)
         # replaced between lstat and open: judge what was opened
-        why = _check(st, uid, max_bytes) or (None if (st.st_ino, st.st_dev) == (pre.st_ino, pre.st_dev)
+        why = _check(st, uid, max_bytes, room) or (None if (st.st_ino, st.st_dev) == (pre.st_ino, pre.st_dev)
                                               else "replaced while opened")
         if why:
             raise _Refused(why)
         chunks, total = [], 0
+        limit = max_bytes if room is None else min(max_bytes, room[0])
         while True:
-            b = os.read(fd, min(65536, max_bytes + 1 - total))
+            b = os.read(fd, min(65536, limit + 1 - total))
             if not b:
                 break
             chunks.append(b)
             total += len(b)
-            if total > max_bytes:
-                raise _Refused(f"grew over the {max_bytes}-byte limit while read")
+            if total > limit:
+                raise _Refused(f"grew over the {limit}-byte limit while read")
         return b"".join(chunks)
     except OSError as e:
         raise _Refused(e.strerror or "cannot read") from None
@@ -179,15 +189,18 @@ def read_bytes(path: str | os.PathLike[str], *, uid: int | None = None, max_byte
     """A user-writable file's bytes; None when absent (quietly) or refused (reason added to ``ignored``)."""
     path = os.fspath(path)
     parent, base = os.path.split(path)
+    ignored = ignored if ignored is not None else Ignored()
     try:
         dfd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return _read_at(dfd, base, uid, max_bytes)
+        data = _read_at(dfd, base, uid, max_bytes, (ignored.left, "job's budget"))
+        ignored.left -= len(data)
+        return data
     except _Refused as e:
         if str(e) != os.strerror(2):  # absent is not a refusal
-            (ignored or Ignored()).add(name or base, str(e))
+            ignored.add(name or base, str(e))
         return None
     finally:
         os.close(dfd)
@@ -226,13 +239,14 @@ def read_json(path: str | os.PathLike[str], *, ignored: Ignored | None = None, n
 
 
 def read_dir(path: str | os.PathLike[str], *, uid: int | None = None, max_entries: int = MAX_ENTRIES,
-             max_bytes: int = MAX_BYTES, ignored: Ignored | None = None, prefix: str = "", suffix: str = "",
-             label: str | None = None) -> list[tuple[str, bytes]]:
+             max_bytes: int = MAX_BYTES, max_total: int = MAX_DIR_BYTES, ignored: Ignored | None = None,
+             prefix: str = "", suffix: str = "", label: str | None = None) -> list[tuple[str, bytes]]:
     """(name, bytes) of the regular files in a user-writable directory, sorted by name.
 
     ``uid`` None: the directory's own owner (the prolog gave it to the job's user, who cannot give it
     away) is what every entry must be owned by. Only names with ``prefix``/``suffix`` count; at most
-    ``max_entries`` entries are looked at. Absent directory: []."""
+    ``max_entries`` entries are looked at, at most ``max_total`` bytes read (and no more than what is
+    left of the job's budget in ``ignored``). Absent directory: []."""
     ignored = ignored if ignored is not None else Ignored()
     label = label if label is not None else os.path.basename(os.fspath(path))
     try:
@@ -256,12 +270,18 @@ def read_dir(path: str | os.PathLike[str], *, uid: int | None = None, max_entrie
                     break
                 if entry.name.startswith(prefix) and entry.name.endswith(suffix) and not entry.name.startswith("."):
                     names.append(entry.name)
-        out = []
+        out, total = [], 0
         for n in sorted(names):
+            room = (max_total - total, f"{max_total}-byte budget of {label}/") if max_total - total < ignored.left \
+                else (ignored.left, "job's budget")
             try:
-                out.append((n, _read_at(dfd, n, owner, max_bytes)))
+                data = _read_at(dfd, n, owner, max_bytes, room)
             except _Refused as e:
                 ignored.add(f"{label}/{n}", str(e))
+                continue
+            total += len(data)
+            ignored.left -= len(data)
+            out.append((n, data))
         return out
     finally:
         os.close(dfd)

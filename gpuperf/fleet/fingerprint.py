@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpuperf.files import statefiles
-from gpuperf.fleet.errors import COUNTERS as ERROR_COUNTERS
+from gpuperf.model.gpuerrors import COUNTERS as ERROR_COUNTERS
 
 DECAY = 0.97                 # weight of the history at each new job (half-life ~23 jobs)
 SKETCH_GAMMA = 1.005         # relative bucket width: medians within 0.25%
@@ -104,7 +104,7 @@ def derive(row: dict[str, Any]) -> dict[str, float | None]:
 
 
 def job_sums(g: dict[str, Any]) -> dict[str, float]:
-    """One GPU's contribution from a node summary's ``fleet`` entry (``gpuperf/fleet/load.py``)."""
+    """One GPU's contribution from a node summary's ``fleet`` entry (``gpuperf/model/load.py``)."""
     ld = g.get("load") or {}
     busy = float(ld.get("busy_s") or 0.0)
     add = {c: 0.0 for c in SUMS}

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gpuperf.fleet.gpustate import FleetGpu
+from gpuperf.model.gpustate import FleetGpu
 from gpuperf.samplers.base import METRIC_FIELDS, GpuSample
 
 STATE_SCHEMA = "gpuperf.aggregates-state.v1"
@@ -413,7 +413,7 @@ class JobAggregates:
         return True
 
     def error_counters(self, counters: dict[str, dict[str, int]], at_end: bool) -> None:
-        """Record the error counters (``fleet.errors.counters``) at register or at the end."""
+        """Record the error counters (``model.gpuerrors.counters``) at register or at the end."""
         for idx, g in self.gpus.items():
             c = counters.get(str(idx))
             if c is not None:

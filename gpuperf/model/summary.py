@@ -24,7 +24,7 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
      "diagnosis": {"class", "confidence", "imbalanced", "evidence": [..], "recommendations": [..], "findings": [..],
                    "roofline": {..}, "unused": {..}|None, "busy_class", "phases": [..]}}
 
-A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/fleet/load.py``),
+A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/model/load.py``),
 which the controller folds into the fleet fingerprints; the merged job summary leaves it out.
 """
 
@@ -37,7 +37,7 @@ from gpuperf import diagnosis
 from gpuperf.model import gpuspecs
 from gpuperf.files import jobstate, safeio
 from gpuperf.diagnosis import roofline
-from gpuperf.fleet.load import node_figures
+from gpuperf.model.load import node_figures
 
 SCHEMA = "gpuperf.summary.v1"
 
@@ -253,7 +253,8 @@ def estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
     out.update(model=spec.model, source=spec.source, peak_tensor_tflops=spec.tensor_bf16_tflops,
                peak_fp32_tflops=spec.fp32_tflops, peak_mem_bw_gbps=spec.mem_bw_gbps, fp8=spec.fp8,
                ridge_flop_per_byte=_r(spec.tensor_bf16_tflops * 1e3 / spec.mem_bw_gbps),
-               error_pct=roofline.ERROR_PCT, clock_scaled=est["clock_scaled"])
+               error_pct=est["kind_error_pct"], clock_scaled=est["clock_scaled"],
+               kind=est["kind"], by_kind=est["by_kind"])
     # the busier of the tensor and FP pipes sets the compute estimate
     tflops, bw = est["tflops"], est["dram_gbps"]
     out["tensor_tflops_est"] = _r(est["tensor_tflops"])
@@ -308,14 +309,14 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
     ignored = ignored if ignored is not None else safeio.Ignored()
     try:
         # the env part's own reader: per-task values (OMP_NUM_THREADS...) as the tasks exported them
-        from gpuperf.prolog.envplan import report as env_report
+        from gpuperf.env.report import report as env_report
 
         env = env_view(env_report(d, ignored))
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
         env = env_view(safeio.read_json(d / "env.json", ignored=ignored))
     try:
         # the affinity part's own reader: what the tasks applied, else the prolog's plan
-        from gpuperf.prolog.affinityplan import report as affinity_report
+        from gpuperf.affinity.report import report as affinity_report
 
         affinity = affinity_report(d, ignored)
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
@@ -362,7 +363,10 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     s["estimates"], roof = estimates(gpus)
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     if ignored.reasons:
+        # what the job's user left in its files was refused: the summary lacks it, and says so
         s["quality"]["ignored"] = ignored.shown()
+        s["quality"]["partial"] = True
+        s["quality"]["reasons"].append(f"{len(ignored.reasons) + ignored.more} job record(s) refused")
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
     series = context.get("series") if isinstance(context.get("series"), dict) else None

@@ -2,7 +2,7 @@
 
 Writes ``<run_dir>/jobs/<id>/affinity.plan`` (format: ``gpuperf.affinity``) and an
 ``applied/`` directory owned by the job user, where each task (plugin or ``gpuperf-run``)
-records what it applied; ``applied_records`` reads those back for the job's report.
+records what it applied; ``gpuperf.affinity.report`` reads those back for the job's report.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gpuperf.affinity import plan as affinity
-from gpuperf.files import jobstate, safeio
+from gpuperf.affinity.report import APPLIED_DIR, PLAN_FILE, REPORT_FILE
+from gpuperf.files import acl, jobstate
 from gpuperf.files.config import Config
 from gpuperf.hookbase.hook import HookState
 from gpuperf.hookbase.jobctx import JobContext
 from gpuperf.access.slurm import Slurm, SlurmError
 
-PLAN_FILE = "affinity.plan"
-APPLIED_DIR = "applied"
-REPORT_FILE = "affinity.json"  # the planned view the summary reads until tasks report (see report())
 
 
 def plan_path(run_dir: str, job_id: int) -> Path:
@@ -69,7 +67,11 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
                     {c for n in topology.get("numa_nodes") or [] for c in n.get("cpus") or []})
     text = cgroup_cpus(cfg.affinity.cgroup_root, ctx.uid, ctx.job_id) if ctx.job_id is not None else None
     if text:
-        return affinity.parse_cpu_list(text), "cgroup"
+        try:
+            # the job's own cpuset is the authority; the node's CPUs bound it (a list never names more)
+            return _on_node(affinity.parse_cpu_list(text), online), "cgroup"
+        except ValueError:
+            pass
     slurm = Slurm(cfg.general.slurm_bin_dir)
     try:
         ids = slurm.job_cpu_ids(ctx.job_id, ctx.node) if ctx.job_id is not None else None
@@ -78,9 +80,18 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
         mapped = affinity.slurm_ids_to_os(affinity.parse_cpu_list(ids), topology, *layout) if layout else None
     except (SlurmError, ValueError):
         mapped = None
+    mapped = _on_node(mapped or [], online)
     if mapped:
         return mapped, "scontrol"
     return online, "all"
+
+
+def _on_node(cpus: list[int], online: list[int]) -> list[int]:
+    """``cpus`` that the node has (all of them when the node's list is unknown)."""
+    if not online:
+        return cpus
+    have = set(online)
+    return [c for c in cpus if c in have]
 
 
 LAYOUT_TTL_S = 300.0
@@ -134,7 +145,7 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
         topology = load_topology(cfg)
         alloc, plans = build(ctx, cfg, topology, *job_cpus(ctx, cfg, topology))
     jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
-    _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans))
+    _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans), ctx.uid)
     _applied_dir(jdir / APPLIED_DIR, ctx.uid)
     jobstate.write_json(jdir / REPORT_FILE, _planned_view(plans, alloc))
     # the report shows the one-rank-per-GPU shape (the common one) and the job's own shape when known
@@ -148,91 +159,25 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, text: str, uid: int | None) -> None:
+    """The plan: root's, readable by the job's user (its tasks pin from it) and no other user."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    acl.grant_read(tmp, uid)
     os.replace(tmp, path)
 
 
 def _applied_dir(path: Path, uid: int | None) -> None:
-    """A directory the job's tasks (running as the job user) can write their records into."""
+    """A directory the job's tasks (running as the job user) can write their records into; no other user
+    reads it (root does, through safeio)."""
     path.mkdir(parents=True, exist_ok=True)
     if uid is not None and os.geteuid() == 0:
         os.chown(path, uid, -1)
-    path.chmod(0o755)
-
-
-def applied_records(run_dir: str, job_id: int, ignored: safeio.Ignored | None = None) -> list[dict[str, str]]:
-    """What each task applied (``applied/<step>.<rank>`` lines), sorted by step and rank; [] when none."""
-    return _applied_in(jobstate.job_dir(run_dir, job_id) / APPLIED_DIR, ignored)
-
-
-APPLIED_MAX_BYTES = 4096  # one line per task (a few hundred bytes)
-
-
-def _applied_in(d: Path, ignored: safeio.Ignored | None = None) -> list[dict[str, str]]:
-    # the job's user owns applied/: read it only through safeio (FIFOs, links, huge files are refused)
-    ignored = ignored if ignored is not None else safeio.Ignored()
-    out = []
-    for name, data in safeio.read_dir(d, max_bytes=APPLIED_MAX_BYTES, ignored=ignored, label=APPLIED_DIR):
-        try:
-            rec = affinity.parse_applied_line(safeio.text_of(data))
-        except ValueError as e:
-            ignored.add(f"{APPLIED_DIR}/{name}", f"not an affinity record ({str(e)[:80]})")
-            continue
-        # the rank becomes a key of the report: a user's "rank=statuses" must not overwrite another
-        if not rec["rank"].isdigit() or len(rec["rank"]) > 6:
-            ignored.add(f"{APPLIED_DIR}/{name}", "rank is not a number")
-            continue
-        out.append(rec)
-    return sorted(out, key=lambda r: (r.get("step", ""), int(r["rank"])))
-
-
-def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[str, Any] | None:
-    """The job's affinity for its report: per rank (latest step) GPU, NUMA node, CPUs, what happened.
-
-    ``{"<rank>": {"gpu", "numa", "cpus": [..], "status", "mem", "step"}, "statuses": {status: n},
-    "warnings": [..], "noop": str|None, "cpus_source": str}``; before any task ran, the ranks are the
-    prolog's plan for one rank per GPU (status "planned"). None when the prolog left nothing.
-    """
-    d = Path(job_dir)
-    planned = jobstate.read_json(d / REPORT_FILE)
-    try:
-        parsed = affinity.parse_plan_text((d / PLAN_FILE).read_text())
-    except (OSError, ValueError):
-        parsed = None
-    if planned is None and parsed is None:
-        return None
-    out: dict[str, Any] = dict(planned or {})
-    records = _applied_in(d / APPLIED_DIR, ignored)
-    if records:
-        out = {k: v for k, v in out.items() if not k.isdigit()}  # what tasks applied replaces the plan
-        # the latest step of each rank; the batch step counts only where no srun step ran
-        def order(r: dict[str, str]) -> tuple[int, int]:
-            step = r.get("step", "")
-            return (0 if not step.isdigit() else 1, int(step) if step.isdigit() else 0)
-
-        for r in sorted(records, key=order):
-            out[r.get("rank", "0")] = {
-                "gpu": r.get("gpus"), "numa": r.get("numa"), "status": r.get("status"), "mem": r.get("mem"),
-                "step": r.get("step"), "cpus": _cpus(r.get("cpus")),
-            }
-        counts: dict[str, int] = {}
-        for r in records:
-            counts[r.get("status", "?")] = counts.get(r.get("status", "?"), 0) + 1
-        out["statuses"] = counts
-    if parsed is not None:
-        out["warnings"], out["noop"] = parsed.warnings, parsed.noop
-    return out
-
-
-def _cpus(text: str | None) -> list[int]:
-    try:
-        return affinity.parse_cpu_list(text) if text and text != "none" else []
-    except ValueError:
-        return []
+    path.chmod(0o700)
 
 
 def _planned_view(plans: list[affinity.AffinityPlan], alloc: affinity.Allocation) -> dict[str, Any]:

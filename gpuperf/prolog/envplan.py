@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from gpuperf.files import jobstate, log, safeio
+from gpuperf.files import jobstate, log
 from gpuperf.env import policy as envpolicy
+from gpuperf.env import plan as env_plan
 from gpuperf.env.policy import EnvPlan, JobShape
 from gpuperf.env.ncclver import nccl_system
-from gpuperf.prolog import envtask
 
 
 def count_hosts(nodelist: str | None) -> int | None:
@@ -123,7 +123,7 @@ def rules_of(cfg: Any) -> list[Any]:
 
 def compute(ctx: Any, cfg: Any, topo: dict[str, Any] | None = None, **shape_kw: Any) -> tuple[EnvPlan, JobShape | None]:
     """The job's plan on this node; a disabled plan (no variables, a reason) when injection is off."""
-    why = envtask.off_reason(ctx, cfg)
+    why = env_plan.off_reason(cfg.error if cfg.degraded else None, cfg.env.enabled, ctx.env_gpuperf)
     if why:
         return EnvPlan(disabled=why), None
     topo = topo if topo is not None else load_topology(cfg)
@@ -145,10 +145,10 @@ def step(ctx: Any, cfg: Any, state: Any) -> None:
     data = plan.to_dict()
     data.update(job_id=ctx.job_id, computed=time.time(),
                 nccl_system=".".join(map(str, sys_v)) if sys_v else None, nccl_system_source=sys_src)
-    path = envtask.cache_path(cfg, ctx.job_id)
+    path = jobstate.job_dir(cfg.general.run_dir, ctx.job_id) / env_plan.CACHE
     jobstate.write_json(path, data, mode=0o600)
     _give_to_user(path, ctx.uid, 0o600)
-    task_dir = path.parent / envtask.TASK_DIR
+    task_dir = path.parent / env_plan.TASK_DIR
     task_dir.mkdir(mode=0o700, exist_ok=True)
     _give_to_user(task_dir, ctx.uid, 0o700)
     state.data["env"] = {"vars": data["vars"], "skipped": data["skipped"], "notes": data["notes"],
@@ -164,43 +164,3 @@ def _give_to_user(path: Path, uid: int | None, mode: int) -> None:
         os.chmod(path, mode)
     except OSError as e:
         log.get("env").warning("cannot give %s to uid %s: %s", path, uid, e.strerror)
-
-
-STEP_MAX_BYTES = 64 << 10  # one step's exports: a few hundred bytes (user-forced values included)
-
-
-def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[str, Any] | None:
-    """For the job's report: the plan (env.json) with per-task values filled in from what the steps exported.
-
-    ``{"vars": [{"name", "value", "reason", "rule"}], "skipped", "notes", "disabled",
-    "steps": {step: {"exported": [[n, v]], "user_kept": [...], "user_forced": {n: v}}}}``; None without a plan.
-    """
-    d = Path(job_dir)
-    ignored = ignored if ignored is not None else safeio.Ignored()
-    # env.json and env/ belong to the job's user (its TaskProlog reads and writes them): safeio only
-    plan = safeio.read_json(d / envtask.CACHE, ignored=ignored)
-    if not isinstance(plan, dict):
-        return None
-    steps: dict[str, Any] = {}
-    for name, data in safeio.read_dir(d / envtask.TASK_DIR, max_bytes=STEP_MAX_BYTES, ignored=ignored,
-                                      prefix="step-", suffix=".json", label=envtask.TASK_DIR):
-        try:
-            rec = safeio.parse_json(data.decode("utf-8", "replace"))
-        except ValueError as e:
-            ignored.add(f"{envtask.TASK_DIR}/{name}", f"not JSON ({str(e)[:80]})")
-            continue
-        if isinstance(rec, dict):
-            steps[str(rec.get("step") or name[5:-5])[:64]] = {k: rec.get(k) for k in ("exported", "user_kept", "user_forced")}
-    seen: dict[str, str] = {}
-    for rec in steps.values():
-        for pair in rec.get("exported") or []:
-            if isinstance(pair, list) and len(pair) == 2:
-                seen.setdefault(str(pair[0]), str(pair[1]))
-    out_vars = []
-    for v in plan.get("vars") or []:
-        if not isinstance(v, dict) or "name" not in v:
-            continue
-        value = v.get("value") if not v.get("per_task") else seen.get(v["name"], "(per task)")
-        out_vars.append({"name": v["name"], "value": value, "reason": v.get("reason"), "rule": v.get("rule")})
-    return {"vars": out_vars, "skipped": plan.get("skipped") or [], "notes": plan.get("notes") or [],
-            "disabled": plan.get("disabled"), "steps": steps}

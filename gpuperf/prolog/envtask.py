@@ -16,16 +16,13 @@ from gpuperf.files import jobstate, safeio
 # the plan as data and the per-task decisions, not the node's policy (``env.policy``): this runs in
 # every task, and ``tests/unit/test_hook_imports.py`` keeps its imports light
 from gpuperf.env import plan as env_plan
-from gpuperf.env.plan import EnvPlan
+from gpuperf.env.plan import CACHE, TASK_DIR, EnvPlan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
     from typing import Any
-
-CACHE = "env.json"
-TASK_DIR = "env"
 
 
 def cpus_of_task(environ: Mapping[str, str]) -> int | None:

@@ -1,4 +1,10 @@
-"""The terminal report of a job (``gpuperf report JOBID``): bars per GPU, diagnosis, recommendations."""
+"""The terminal report of a job (``gpuperf report JOBID``): bars per GPU, diagnosis, recommendations.
+
+A summary holds strings a job's user chose (variable names and values, file names, the job's own
+records) and an admin reads this report: every string is made printable first (control bytes such as
+ESC, which starts a terminal escape or an OSC 8 hyperlink, become ``\\xNN``), and every cell is a
+``Text``, never a string rich would read as markup (``[link=...]``, ``[/x]`` which raises).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,14 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gpuperf.files.safeio import printable_json
+
 BAR_WIDTH = 10
+
+
+def _row(t: Table, *cells: Any) -> None:
+    """A table row whose string cells are literal text (rich would parse a str cell as markup)."""
+    t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))
 
 
 def _pct(x: float | None) -> str:
@@ -74,7 +87,7 @@ def _header(s: dict) -> Text:
     job, q = s.get("job") or {}, s.get("quality") or {}
     names = sorted({g.get("name") or "?" for g in s.get("gpus") or []})
     t = Text()
-    t.append(f"Job {s.get('job_id')}", style="bold")
+    t.append(f"Job {s.get('job_ref') or s.get('job_id')}", style="bold")
     t.append(f"  user {s.get('user') or '?'}  nodes {','.join(s.get('nodes') or []) or '?'}"
              f"  {job.get('gpu_count', 0)} GPU(s) {', '.join(names)}\n")
     t.append(f"{_when(s.get('start'))} → {_when(s.get('end'))}  wall {fmt_duration(s.get('wall_s'))}"
@@ -130,7 +143,7 @@ def _gpu_table(s: dict) -> Table:
             util.stylize("bold red")     # the "100% utilization, little SM work" trap
         power = "n/a" if g.get("power_mean_w") is None else f"{g['power_mean_w']:.0f}/{g.get('power_limit_w') or 0:.0f}"
         kwh = "n/a" if g.get("energy_kwh") is None else f"{g['energy_kwh']:.3f}"
-        t.add_row(label, _bar(g.get("sm_active_pct")), _bar(g.get("tensor_active_pct")),
+        _row(t, label, _bar(g.get("sm_active_pct")), _bar(g.get("tensor_active_pct")),
                   _bar(g.get("dram_active_pct"), good_high=False), util, _bar(g.get("mem_peak_pct")),
                   power, kwh, _pct(g.get("idle_pct")))
     return t
@@ -142,20 +155,20 @@ def _totals(s: dict) -> Table:
     t.add_column(style="bold")
     t.add_column()
     thr = job.get("throttle_s") or {}
-    t.add_row("Energy", f"{job.get('energy_kwh') or 0:.3f} kWh ({job.get('energy_j') or 0:,.0f} J)")
-    t.add_row("Power", _power(job))
-    t.add_row("Utilization vs SM", f"NVML util {_pct(job.get('util_gpu_pct'))}, SM active {_pct(job.get('sm_active_pct'))}"
+    _row(t, "Energy", f"{job.get('energy_kwh') or 0:.3f} kWh ({job.get('energy_j') or 0:,.0f} J)")
+    _row(t, "Power", _power(job))
+    _row(t, "Utilization vs SM", f"NVML util {_pct(job.get('util_gpu_pct'))}, SM active {_pct(job.get('sm_active_pct'))}"
                                    f" (difference {_pct(job.get('util_minus_sm_pct'))})")
-    t.add_row("NVLink", f"{_bytes((job.get('nvlink_tx_bytes') or 0) + (job.get('nvlink_rx_bytes') or 0))}, "
+    _row(t, "NVLink", f"{_bytes((job.get('nvlink_tx_bytes') or 0) + (job.get('nvlink_rx_bytes') or 0))}, "
                         f"{_rate(job.get('nvlink_bps'))} per GPU")
-    t.add_row("PCIe", f"{_bytes((job.get('pcie_tx_bytes') or 0) + (job.get('pcie_rx_bytes') or 0))}, "
+    _row(t, "PCIe", f"{_bytes((job.get('pcie_tx_bytes') or 0) + (job.get('pcie_rx_bytes') or 0))}, "
                       f"{_rate(job.get('pcie_bps'))} per GPU")
-    t.add_row("Throttling", ", ".join(f"{k} {v:.0f} s" for k, v in thr.items() if v) or "none")
-    t.add_row("Idle", f"{job.get('idle_s') or 0:.0f} GPU-s without a kernel ({_pct(job.get('idle_pct'))})")
+    _row(t, "Throttling", ", ".join(f"{k} {v:.0f} s" for k, v in thr.items() if v) or "none")
+    _row(t, "Idle", f"{job.get('idle_s') or 0:.0f} GPU-s without a kernel ({_pct(job.get('idle_pct'))})")
     for node, h in (s.get("hosts") or {}).items():
         rss = "n/a" if h.get("rss_peak_mib") is None else f"{h['rss_peak_mib']:.0f} MiB"
         src = f" (from the {h['cpu_source']})" if h.get("cpu_source") == "cgroup" else ""
-        t.add_row(f"Host {node}", f"CPU efficiency {_pct(h.get('cpu_efficiency_pct'))} of {h.get('cpus_allocated') or '?'} CPUs{src}, "
+        _row(t, f"Host {node}", f"CPU efficiency {_pct(h.get('cpu_efficiency_pct'))} of {h.get('cpus_allocated') or '?'} CPUs{src}, "
                                   f"RSS peak {rss}, I/O wait {_pct(h.get('iowait_pct'))}")
     e = s.get("estimates") or {}
     if e.get("model"):
@@ -165,9 +178,9 @@ def _totals(s: dict) -> Table:
                 f"of {e['peak_mem_bw_gbps']:.0f} GB/s")
         if e.get("intensity_flop_per_byte") is not None:
             line += f"; {e['intensity_flop_per_byte']:.0f} FLOP/B, {e['roofline_side']}-side of the roofline (ridge {e['ridge_flop_per_byte']:.0f})"
-        t.add_row("Estimates", Text(line + "\n(" + e["label"] + ")", style="italic"))
+        _row(t, "Estimates", Text(line + "\n(" + e["label"] + ")", style="italic"))
     elif e:
-        t.add_row("Estimates", Text(e.get("note") or "n/a", style="italic"))
+        _row(t, "Estimates", Text(e.get("note") or "n/a", style="italic"))
     return t
 
 
@@ -181,9 +194,9 @@ def _setup(s: dict) -> Table | None:
     for node, e in env.items():
         items = e.get("vars", e) if isinstance(e, dict) else {}
         vals = [f"{k}={v.get('value') if isinstance(v, dict) else v}" for k, v in items.items()] if isinstance(items, dict) else []
-        t.add_row(f"Env {node}", " ".join(vals) or "none")
+        _row(t, f"Env {node}", " ".join(vals) or "none")
     for node, a in aff.items():
-        t.add_row(f"Affinity {node}", _affinity_text(a))
+        _row(t, f"Affinity {node}", _affinity_text(a))
     return t
 
 
@@ -220,6 +233,7 @@ def _quality(s: dict) -> Text:
 
 def renderable(s: dict) -> Group:
     """The report as a rich renderable."""
+    s = printable_json(s)   # every string of it, keys too: no control byte reaches the terminal
     parts: list[Any] = [_header(s), _diagnosis(s)]
     if s.get("gpus"):
         parts.append(_gpu_table(s))

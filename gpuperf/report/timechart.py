@@ -14,6 +14,8 @@ import time
 from rich.console import Console
 from rich.text import Text
 
+from gpuperf.files.safeio import printable
+
 BLOCKS = " ▁▂▃▄▅▆▇█"
 # field, title, unit, fixed top of the scale (None: the largest value of any GPU)
 METRICS: tuple[tuple[str, str, str, float | None], ...] = (
@@ -71,7 +73,7 @@ def render(series: dict[str, dict[str, list]], width: int = 100, color: bool = F
         out.append(f"{title} (0-{scale:.0f} {unit})\n", style="bold cyan")
         for k in sorted(rows, key=_sort_key):
             vals = [x for x in rows[k] if x is not None]
-            out.append(f"  GPU {k:<{name_w}} ")
+            out.append(f"  GPU {printable(k):<{name_w}} ")
             out.append(spark(rows[k], scale), style="green")
             out.append(f"  mean {sum(vals) / len(vals):6.1f}\n")
     buf = io.StringIO()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpuperf.affinity import plan as aff
+from gpuperf.affinity import report as affinity_report
 from gpuperf.prolog import affinityplan
 from gpuperf.topology import load_node
 
@@ -81,7 +82,7 @@ def _lines(out: str) -> dict[tuple[str, int], dict[str, str]]:
 
 
 def _applied(c, job: int) -> dict[tuple[str, int], dict[str, str]]:
-    return {(r["step"], int(r["rank"])): r for r in affinityplan.applied_records(str(c.run_dir), job)}
+    return {(r["step"], int(r["rank"])): r for r in affinity_report.applied_records(str(c.run_dir), job)}
 
 
 def _plugin_log_lines(c, job: int, text: str) -> list[str]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuperf.affinity import plan as aff
+from gpuperf.affinity import report as affinity_report
 from gpuperf.files import config
 from gpuperf.hookbase.hook import HookState
 from gpuperf.hookbase.jobctx import JobContext
@@ -317,7 +318,7 @@ def test_applied_records_are_read_back_sorted(tmp_path):
     for step, rank in (("0", 1), ("0", 0), ("batch", 0)):
         (d / f"{step}.{rank}").write_text(aff.applied_line({"job": 5, "step": step, "rank": rank, "status": "ok"}))
     (d / "junk").write_text("not a record")
-    recs = affinityplan.applied_records(str(tmp_path), 5)
+    recs = affinity_report.applied_records(str(tmp_path), 5)
     assert [(r["step"], r["rank"]) for r in recs] == [("0", "0"), ("0", "1"), ("batch", "0")]
 
 
@@ -408,7 +409,7 @@ def test_gpuperf_run_pins_from_the_plan_file_sets_omp_records_and_execs(tmp_path
     assert p.returncode == 0, p.stderr
     cpus, omp = p.stdout.split()
     assert cpus == str(HERE_CPUS[-1]) and omp == "omp=1"
-    rec = affinityplan.applied_records(str(tmp_path / "run"), 31)
+    rec = affinity_report.applied_records(str(tmp_path / "run"), 31)
     assert [(r["rank"], r["status"], r["cpus"], r["mem"]) for r in rec] == [("1", "ok", str(HERE_CPUS[-1]), "ok")]
 
 
@@ -429,7 +430,7 @@ def test_report_shows_the_plan_until_tasks_report_then_what_they_applied(tmp_pat
     (cg / "cpuset.cpus").write_text(aff.format_cpu_list(all_cpus(hgx)))
     affinityplan.step(_ctx(81, gpus=range(8)), _cfg(tmp_path, hgx), HookState())
     jdir = tmp_path / "run" / "jobs" / "81"
-    before = affinityplan.report(jdir)
+    before = affinity_report.report(jdir)
     assert before["cpus_source"] == "cgroup" and before["noop"] is None
     assert [before[str(r)]["gpu"] for r in range(8)] == [str(r) for r in range(8)]
     assert {before[str(r)]["status"] for r in range(8)} == {"planned"}
@@ -438,8 +439,8 @@ def test_report_shows_the_plan_until_tasks_report_then_what_they_applied(tmp_pat
         (jdir / "applied" / f"{step}.{rank}").write_text(aff.applied_line(
             {"job": 81, "step": step, "rank": rank, "tasks": 2, "status": "ok", "gpus": "0-3" if rank == 0 else "4-7",
              "numa": str(rank), "cpus": cpus, "policy": "bind", "mem": "ok"}))
-    after = affinityplan.report(jdir)
+    after = affinity_report.report(jdir)
     assert sorted(k for k in after if k.isdigit()) == ["0", "1"]  # the planned 8 ranks are gone
     assert after["0"]["step"] == "0" and after["0"]["cpus"] == sorted(numa_cpus(hgx, 0))
     assert after["1"]["gpu"] == "4-7" and after["statuses"] == {"ok": 3}
-    assert affinityplan.report(tmp_path / "nothing") is None
+    assert affinity_report.report(tmp_path / "nothing") is None

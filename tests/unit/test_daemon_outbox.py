@@ -124,13 +124,13 @@ def test_an_older_daemon_reply_is_delivered_by_the_epilog_itself(tmp_path):
     epilog writes the node summary as it did before."""
     node = make_cfg(tmp_path / "node", request_timeout_s=0.3)
     with Running(node, ScriptSampler(n=1)) as r:
-        orig = r.d.op_finalize
+        orig = r.d.ops.op_finalize
 
         def older(req, uid):
             req.job.pop("deliver", None)
             return orig(req, uid)
 
-        r.d.op_finalize = older
+        r.d.ops.op_finalize = older
         rec, _ = _run_job(r, node, 73)
         assert rec["ok"] and not rec.get("queued") and rec["summary"].endswith("73/node_summary.json")
         assert not _outbox(node)

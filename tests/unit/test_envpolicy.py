@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuperf.env import policy as ep
+from gpuperf.env import report as env_report
 from gpuperf.env.policy import JobShape
 from gpuperf.prolog import envplan, envtask
 
@@ -510,9 +511,9 @@ def test_report_fills_per_task_values_and_ignores_planted_links(tmp_path, capsys
     capsys.readouterr()
     job_dir = tmp_path / "jobs" / "42"
     (job_dir / "env" / "step-9.json").symlink_to(job_dir / "env.json")
-    rep = envplan.report(job_dir)
+    rep = env_report.report(job_dir)
     vars_ = {v["name"]: v for v in rep["vars"]}
     assert vars_["OMP_NUM_THREADS"]["value"] == "4" and vars_["OMP_NUM_THREADS"]["reason"]
     assert list(rep["steps"]) == ["batch"]
     assert rep["steps"]["batch"]["user_forced"] == {"NCCL_ALGO": "Tree"}
-    assert envplan.report(tmp_path / "jobs" / "43") is None
+    assert env_report.report(tmp_path / "jobs" / "43") is None

@@ -18,7 +18,7 @@ import pytest
 from gpuperf.model.aggregates import JobAggregates
 from gpuperf.fleet import policy
 from gpuperf.fleet.fingerprint import FleetStore, derive
-from gpuperf.fleet.load import node_figures
+from gpuperf.model.load import node_figures
 from gpuperf.fleet.ranking import rank
 from gpuperf.samplers.base import GpuSample
 from gpuperf.samplers.replay import load_recording

@@ -15,9 +15,9 @@ import pytest
 from gpuperf.files import config
 from gpuperf.checks.base import CheckEnv
 from gpuperf.checks.builtin import gpu_probe
-from gpuperf.fleet import probe
+from gpuperf.checks import probe
 from gpuperf.fleet.fingerprint import FleetStore
-from gpuperf.fleet.load import node_figures
+from gpuperf.model.load import node_figures
 from gpuperf.fleet.ranking import rank
 
 sys.path.insert(0, str(Path(__file__).parent))

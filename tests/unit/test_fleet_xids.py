@@ -14,7 +14,7 @@ from gpuperf.access import nvmlq
 from gpuperf.model.aggregates import JobAggregates
 from gpuperf.fleet.fingerprint import FleetStore
 from gpuperf.fleet.jobview import job_fleet
-from gpuperf.fleet.load import node_figures
+from gpuperf.model.load import node_figures
 from gpuperf.fleet.ranking import rank_gpu
 from gpuperf.report import fleetsection
 
@@ -159,7 +159,7 @@ def _snap_with(extra_nvlink: int = 0, extra_remap: int = 0, reset: bool = False)
 
 
 def test_error_counters_from_a_recorded_snapshot_and_their_growth() -> None:
-    from gpuperf.fleet import errors
+    from gpuperf.model import gpuerrors as errors
 
     c = errors.counters(_snap_with())
     assert set(c) == {str(i) for i in range(8)}

@@ -48,8 +48,8 @@ def _job_with_applied(tmp_path: Path) -> Path:
 
 READ_APPLIED = """
     from pathlib import Path
-    from gpuperf.prolog import affinityplan
-    recs = affinityplan.applied_records(%r, 5)
+    from gpuperf.affinity import report as affinity_report
+    recs = affinity_report.applied_records(%r, 5)
     result = {"records": [[r["step"], r["rank"]] for r in recs]}
 """
 
@@ -75,8 +75,8 @@ def test_fifo_named_like_a_step_record_does_not_hang_the_env_report(tmp_path):
     (jdir / "env" / "step-0.json").write_text(json.dumps({"step": "0", "exported": [["A", "1"]]}))
     os.mkfifo(jdir / "env" / "step-x.json")
     out = _in_child(f"""
-        from gpuperf.prolog import envplan
-        rep = envplan.report({str(jdir)!r})
+        from gpuperf.env import report as env_report
+        rep = env_report.report({str(jdir)!r})
         result = {{"steps": sorted(rep["steps"])}}
     """, tmp_path)
     assert out == {"steps": ["0"]}

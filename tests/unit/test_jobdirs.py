@@ -110,10 +110,9 @@ def test_daemon_keeps_a_registered_jobs_records_whatever_their_age(tmp_path):
         assert r.call("register", {"job_id": 41, "uid": 0, "user": "root", "gpus": [1]})["ok"]
         long_job = _job_dir(run, 41, 30, now)     # registered, running for a month
         over = _job_dir(run, 40, 30, now)
-        if r.d._pruner is not None:
-            r.d._pruner.join(10)   # the daemon's own first pass, at its first sweep
-        r.d.prune_job_dirs()
-        r.d._pruner.join(10)
+        r.d.pruner.join(10)   # the daemon's own first pass, at its first sweep
+        r.d.pruner.start()
+        r.d.pruner.join(10)
         assert long_job.is_dir() and not over.exists()
 
 

@@ -38,7 +38,7 @@ def test_terminal_report_has_a_bar_row_per_gpu_and_the_diagnosis():
     s = _job(ngpus=4, util_gpu_pct=100.0, sm_active_pct=12.0, tensor_active_pct=1.0, dram_active_pct=4.0,
              nvlink_tx_bps=0.0, nvlink_rx_bps=0.0)
     out = terminal.render(s, width=120)
-    assert "LAUNCH-BOUND" in out
+    assert "UNDERFILLED" in out
     rows = [l for l in out.splitlines() if re.match(r"^│\s*\d+\s*│", l)]
     assert len(rows) == 4 and all("█" in r or "░" in r for r in rows)
     for i, rec in enumerate(s["diagnosis"]["recommendations"], 1):

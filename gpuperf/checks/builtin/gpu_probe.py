@@ -16,7 +16,7 @@ def check(topo: dict[str, Any], snap: dict[str, Any], job_gpus: list[int], cfg: 
     """Probes the selected GPUs (all when none), keeps the figures, warns on a GPU slower than its peers."""
     if not env.live:
         return CheckResult(CODE, "skip", "reading a recorded node: no hardware to probe")
-    from gpuperf.fleet import probe
+    from gpuperf.checks import probe
 
     res = probe.run(cfg, job_gpus or None)
     if res.status == "unavailable":

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuperf.fleet.errors import growth
-from gpuperf.fleet.load import LoadStats
+from gpuperf.model.gpuerrors import growth
+from gpuperf.model.load import LoadStats
 from gpuperf.samplers.base import GpuSample
 
 MAX_XIDS = 32                  # XID events kept per GPU (first seen; a storm is counted in xid_count)

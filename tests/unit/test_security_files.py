@@ -1,0 +1,298 @@
+"""Issue 28, files and parsers: each finding an ordinary user could exploit, held by a test that fails
+on the code before its fix (see docs/SECURITY.md, "Threat model: files and parsers")."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuperf.access.slurm import Slurm, SlurmError
+from gpuperf.affinity import plan as aff
+from gpuperf.checks import xid
+from gpuperf.files import config
+from gpuperf.hookbase.jobctx import JobContext
+from gpuperf.prolog import affinityplan
+from gpuperf.topology import load_node
+
+NODES = Path(__file__).resolve().parents[1] / "data" / "nodes"
+
+T0 = 1000.0
+
+
+# --- #1: XIDs only from the driver's own kernel records -----------------------------------------------
+
+def test_a_segfaulting_program_named_like_an_xid_is_not_an_xid():
+    # the kernel's segfault line quotes the program's comm (cut at 15 chars) and its file's name
+    name = "NVRM: Xid (PCI:0000:9a:00): 79, pid=1, GPU has fallen off the bus."
+    seg = (f"6,812,5000000,-;NVRM: Xid (PCI[4242]: segfault at 0 ip 0000 sp 0000 error 4 in {name}"
+           "[55d0+1000] likely on CPU 3 (core 3, socket 0)")
+    assert xid.parse_kmsg_record(seg, T0) is None
+    # the same text quoted anywhere but at the message's start
+    assert xid.parse_kmsg_record(f"4,813,5000000,-;python[77]: {name}", T0) is None
+    # facility user (a syslog daemon or root's logger writing user text into the kernel log)
+    assert xid.parse_kmsg_record(f"11,814,5000000,-;{name}", T0) is None   # 11 = user.err
+    assert xid.parse_kmsg_record(f"14,815,5000000,-;{name}", T0) is None   # 14 = user.info
+    # the driver's own record still counts
+    assert xid.parse_kmsg_record(f"4,816,5000000,-;{name}", T0) == xid.XidEvent("0000:9a:00", 79, 1005.0)
+
+
+def test_a_user_record_in_the_kernel_log_file_drains_nothing(tmp_path):
+    log = tmp_path / "kmsg"
+    log.write_text("12,1,10,-;NVRM: Xid (PCI:0000:9a:00): 79, pid=1, x\n"
+                   "6,2,11,-;bash[9]: segfault at 0 ip 0 sp 0 error 4 in NVRM: Xid (PCI:0000:9a:00): 79, x[1+2]\n"
+                   "3,3,12,-;NVRM: Xid (PCI:0000:1b:00): 48, pid=7, DBE\n")
+    assert [(e.bus, e.xid) for e in xid.read_kmsg(str(log))] == [("0000:1b:00", 48)]
+
+
+# --- #2: scontrol's output parsed by its structure; CPU lists bounded and within the node ------------
+
+# `scontrol show job -d` of a job submitted as
+#   sbatch -J $'x Nodes=n1 CPU_IDs=0-100000000\n     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=' --comment=<same> -c 2
+# on the test cluster (Slurm 22.05.8): scontrol prints the name and the comment raw, newlines included
+HOSTILE_SHOW_JOB = """JobId=7506000 JobName=x Nodes=n1 CPU_IDs=0-100000000
+     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=
+   UserId=gpuperf-user(1001) GroupId=gpuperf-user(1001) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=n1
+   NumNodes=1 NumCPUs=2 NumTasks=1 CPUs/Task=2 ReqB:S:C:T=0:0:*:*
+   JOB_GRES=(null)
+     Nodes=n1 CPU_IDs=0-1 Mem=0 GRES=
+   MinCPUsNode=2 MinMemoryNode=0 MinTmpDiskNode=0
+   WorkDir=/tmp
+   Comment=c Nodes=n1 CPU_IDs=0-13
+     Nodes=n1 CPU_IDs=0-14 Mem=0 GRES= 
+   StdOut=/dev/null
+"""
+
+
+class _Canned(Slurm):
+    """Slurm's CLI replaced by the text it printed (a parser test: the real CLI runs in tests/integration)."""
+
+    def __init__(self, text: str):
+        super().__init__("/nonexistent")
+        self.text = text
+
+    def run(self, tool: str, *args: str, **kw) -> str:  # noqa: D102
+        return self.text
+
+
+def test_a_job_name_holding_scontrol_fields_sets_no_cpu_ids():
+    # the name's fields on the job's first line: never a detail line (old code: '0-100000000' won)
+    one_line = HOSTILE_SHOW_JOB.replace("\n     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=\n", "\n", 1)
+    one_line = one_line.replace("\n     Nodes=n1 CPU_IDs=0-14 Mem=0 GRES= \n", "\n", 1)
+    assert _Canned(one_line).job_cpu_ids(7506000, "n1") == "0-1"
+    # the name's and comment's own detail lines (newlines in them): ambiguous, none believed
+    with pytest.raises(SlurmError, match="a user's field holds one"):
+        _Canned(HOSTILE_SHOW_JOB).job_cpu_ids(7506000, "n1")
+    # an honest multi-node job: one run of detail lines
+    honest = "JobId=5 JobName=t\n   JOB_GRES=gpu:2\n     Nodes=n[1-2] CPU_IDs=0-3 Mem=0 GRES=gpu:2(IDX:0-1)\n"
+    assert _Canned(honest).job_cpu_ids(5, "n1") == "0-3"
+
+
+def test_cpu_lists_are_bounded():
+    for text in ("0-20000", "0-100000000", "99999999999999999999", "٣", "0-3," * 20000):
+        with pytest.raises(ValueError):
+            aff.parse_cpu_list(text)
+    t0 = time.perf_counter()
+    assert aff.parse_cpu_list(",".join(["0-16383"] * 4000)) == list(range(16384))
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_the_jobs_cpuset_is_bounded_by_the_nodes_cpus(tmp_path):
+    hgx = load_node(str(NODES / "hgx-h100-2s"), health=False).topology
+    cg = tmp_path / "cg" / "cpuset" / "slurm" / f"uid_{os.getuid()}" / "job_77"
+    cg.mkdir(parents=True)
+    (cg / "cpuset.cpus").write_text("0-3,9000-9003\n")          # CPUs this node does not have
+    (tmp_path / "nobin").mkdir()
+    cfg = config.parse(f'[general]\nslurm_bin_dir = "{tmp_path / "nobin"}"\n'
+                       f'[affinity]\ncgroup_root = "{tmp_path / "cg"}"\n')
+    ctx = JobContext(hook="prolog", job_id=77, uid=os.getuid(), user="u", gpus=[0], node="n1")
+    assert affinityplan.job_cpus(ctx, cfg, hgx) == ([0, 1, 2, 3], "cgroup")
+
+
+# --- #3: one job's bad applied/ record fails that job's summary, never the daemon nor other jobs -----
+
+def _aggs(job_id: int) -> dict:
+    return {"job_id": job_id, "node": "n1", "start": 100.0, "end": 160.0, "gpus": {}}
+
+
+def _delivered(tmp_path, jobs: list[int], setup=None) -> tuple[config.Config, dict[int, dict]]:
+    """Run the daemon's delivery thread over ``jobs`` replayed from its outbox (as after a restart)."""
+    import logging
+    import threading
+
+    from gpuperf.daemon import deliver, workers
+
+    cfg = config.defaults()
+    cfg.data["general"].update(run_dir=str(tmp_path / "run"), state_dir=str(tmp_path / "state"), log_file="")
+    for j in jobs:
+        (tmp_path / "run" / "jobs" / str(j)).mkdir(parents=True)
+        deliver.write_outbox(cfg.general.state_dir, _aggs(j), {"job_dir": str(tmp_path / "run" / "jobs" / str(j))})
+        if setup:
+            setup(j, tmp_path / "run" / "jobs" / str(j))
+    d = workers.Deliveries(cfg, logging.getLogger("test"), send=False)
+    assert d.restore() == len(jobs)
+    d.close()
+    t = threading.Thread(target=d._loop, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    out = {}
+    for j in jobs:
+        p = tmp_path / "run" / "jobs" / str(j) / "node_summary.json"
+        out[j] = json.loads(p.read_text()) if p.exists() else None
+    return cfg, out
+
+
+def test_a_hostile_cpus_record_marks_its_jobs_summary_partial_and_every_job_is_delivered(tmp_path):
+    def plant(job: int, jdir: Path) -> None:
+        (jdir / "affinity.json").write_text('{"cpus_source": "cgroup"}')   # the prolog's (root's) view
+        if job == 1:
+            (jdir / "applied").mkdir()
+            (jdir / "applied" / "0.0").write_text(aff.applied_line(
+                {"job": 1, "step": "0", "rank": 0, "status": "ok", "gpus": "0", "cpus": "0-100000000"}))
+
+    t0 = time.perf_counter()
+    cfg, got = _delivered(tmp_path, [1, 2], plant)
+    assert time.perf_counter() - t0 < 10
+    assert got[1] is not None and got[2] is not None
+    q = got[1]["quality"]
+    assert q["partial"] and any("applied/0.0: cpus: CPU 100000000 above" in r for r in q["ignored"]), q
+    assert got[1]["affinity"]["n1"]["0"]["cpus"] == []
+    assert not got[2]["quality"].get("ignored")
+    assert not list((tmp_path / "state" / "outbox").iterdir())      # nothing left to replay
+
+
+def test_a_delivery_that_raises_is_set_aside_and_the_next_job_is_delivered(tmp_path, monkeypatch):
+    from gpuperf.daemon import deliver
+
+    real = deliver.write
+
+    def write(cfg, aggs, context):
+        if aggs["job_id"] == 1:
+            raise RuntimeError("a bug in one job's summary")
+        return real(cfg, aggs, context)
+
+    monkeypatch.setattr(deliver, "write", write)
+    _, got = _delivered(tmp_path, [1, 2])
+    assert got[1] is None and got[2] is not None
+    # kept for an admin, never replayed at the next start (no crash loop)
+    assert sorted(p.name for p in (tmp_path / "state" / "outbox").iterdir()) == ["1.bad"]
+
+
+# --- #4: a byte budget per directory read and per job ----------------------------------------------------
+
+def test_a_flood_of_step_records_costs_the_env_report_its_budget_not_their_size(tmp_path):
+    import tracemalloc
+
+    from gpuperf.files import safeio
+    from gpuperf.env import plan as envtask
+    from gpuperf.env import report as envplan
+
+    (tmp_path / envtask.CACHE).write_text(json.dumps({"vars": [{"name": "NCCL_ALGO", "value": "Ring"}]}))
+    env = tmp_path / envtask.TASK_DIR
+    env.mkdir()
+    filler = "x" * (envplan.STEP_MAX_BYTES - 200)           # each file under the per-file limit
+    for i in range(600):                                    # ~38 MB in all (the issue's flood: 4,096 = 256 MB)
+        (env / f"step-{i}.json").write_text(json.dumps({"step": str(i), "exported": [["A", filler]]}))
+    ign = safeio.Ignored()
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    rep = envplan.report(tmp_path, ign)
+    took, peak = time.perf_counter() - t0, tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert rep is not None and 0 < len(rep["steps"]) < 600
+    assert peak < 4 * safeio.MAX_DIR_BYTES and took < 5, (peak, took)
+    assert any("byte budget of env/" in r for r in ign.reasons) and ign.more > 0, ign.reasons
+
+
+def test_the_jobs_budget_spans_every_read_of_its_files(tmp_path):
+    from gpuperf.files import safeio
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        for i in range(3):
+            (tmp_path / d / f"r{i}").write_bytes(b"y" * 1000)
+    ign = safeio.Ignored(budget=2500)
+    got = safeio.read_dir(tmp_path / "a", ignored=ign) + safeio.read_dir(tmp_path / "b", ignored=ign)
+    assert [n for n, _ in got] == ["r0", "r1"] and ign.left == 500
+    assert "record ignored: a/r2: 1000 bytes, over the 500 bytes left of the job's budget" in ign.reasons
+    (tmp_path / "one").write_bytes(b"z" * 600)
+    assert safeio.read_bytes(tmp_path / "one", ignored=ign) is None and ign.left == 500
+
+
+# --- #10: the terminal report prints a user's strings as text ------------------------------------------
+
+def test_markup_and_terminal_escapes_in_a_users_strings_print_as_text():
+    from gpuperf.report import terminal
+
+    osc8 = "\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\"
+    s = {"job_id": 5, "user": "u[/x]", "nodes": ["n1"], "gpus": [],
+         "env": {"n1": {"vars": {"[link=https://x]NCCL_ALGO": {"value": "[/x]"}, "OSC": {"value": osc8},
+                                 "CSI": {"value": "\x1b[2J\x1b[31mred"}}}},
+         "affinity": {"n1": {"0": {"gpu": "[bold]0", "cpus": "[/]"}}},
+         "hosts": {"n1[/x]": {}},
+         "quality": {"ignored": ["record ignored: [link=https://x]a[/link]: x"]}}
+    for color in (False, True):
+        out = terminal.render(s, width=400, color=color)      # old code: MarkupError on "[/x]"
+        assert "[link=https://x]NCCL_ALGO=[/x]" in out and "Host n1[/x]" in out and "[bold]0" in out
+        assert "\x1b]" not in out and "\x1b[2J" not in out and "\\x1b]8;;https://evil.example/" in out
+        assert "record ignored: [link=https://x]a[/link]: x" in out
+
+
+# --- #9: per-job files root writes are private to root (and the plan to the job's user) ------------------
+
+OTHER_UID = 54321        # no account: root may setuid to it all the same
+
+
+def readable_as(uid: int, top: Path) -> list[str]:
+    """Every file and directory under ``top`` that ``uid`` can read (open, or list), tried as that uid."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nos.setgroups([]); os.setgid(65534); os.setuid(int(sys.argv[1]))\nout = []\n"
+            "for d, dirs, files in os.walk(sys.argv[2]):\n"
+            "    for n in dirs + files:\n"
+            "        p = os.path.join(d, n)\n"
+            "        try:\n"
+            "            (os.listdir(p) if os.path.isdir(p) and not os.path.islink(p) else os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)))\n"
+            "            out.append(p)\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "print('\\n'.join(out))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(uid), str(top)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return sorted(os.path.relpath(x, top) for x in p.stdout.split())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setuid to another user)")
+def test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_its_own(tmp_path):
+    import tempfile
+
+    from gpuperf.daemon import deliver
+    from gpuperf.hookbase.hook import HookState
+
+    base = Path(tempfile.mkdtemp(prefix="gpuperf-private-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)   # world-traversable like /run/gpuperf (pytest's tmp_path is 0700)
+        hgx = load_node(str(NODES / "hgx-h100-2s"), health=False).topology
+        (base / "topo.json").write_text(json.dumps(hgx))
+        cfg = config.parse(f'[general]\nrun_dir = "{base / "run"}"\nstate_dir = "{base / "state"}"\n'
+                           f'slurm_bin_dir = "{base}/nobin"\n[affinity]\ntopology_file = "{base / "topo.json"}"\n'
+                           f'cgroup_root = "{base}/cg"\n')
+        owner = 65534                                                  # the job's user
+        ctx = JobContext(hook="prolog", job_id=9, uid=owner, user="nobody", gpus=[0, 1], node="n1")
+        affinityplan.step(ctx, cfg, HookState())
+        jdir = base / "run" / "jobs" / "9"
+        deliver.write(cfg, _aggs(9), {"job_dir": str(jdir), "uid": owner})
+        assert {"affinity.plan", "affinity.json", "aggregates.json", "node_summary.json"} <= {p.name for p in jdir.iterdir()}
+        assert readable_as(OTHER_UID, jdir) == []                     # old code: every file but applied/'s
+        assert readable_as(owner, jdir) == ["affinity.plan", "applied"]
+    finally:
+        import shutil
+
+        shutil.rmtree(base)
