@@ -87,18 +87,38 @@ def contradictions(label: dict[str, Any], diag: dict[str, Any]) -> list[str]:
     return sorted(set(out))
 
 
-def estimate(label: dict[str, Any], s: dict[str, Any], diag: dict[str, Any]) -> float | None:
-    """The diagnosis's estimate of the rate the label names (TFLOP/s, DRAM GB/s or PCIe GB/s)."""
+def estimate(label: dict[str, Any], s: dict[str, Any], diag: dict[str, Any]) -> tuple[float | None, list | None]:
+    """(the diagnosis's estimate of the rate the label names, its stated bracket or None).
+
+    TFLOP/s: the estimate for the kind of math in evidence (``roofline.kinds[kind]``) where the diagnosis
+    gives one, else its ``tflops``; DRAM GB/s; PCIe GB/s (tx + rx) from the summary.
+    """
     roof = diag.get("roofline") or {}
     rate = label.get("rate")
     if rate == "tflops":
-        return roof.get("tflops")
+        kinds, kind = roof.get("kinds") or {}, roof.get("kind")
+        if isinstance(kinds.get(kind), (list, tuple)) and len(kinds[kind]) > 1:
+            return kinds[kind][1], roof.get("bracket")
+        return roof.get("tflops"), roof.get("bracket")
     if rate == "gbps":
-        return roof.get("dram_gbps")
+        return roof.get("dram_gbps"), None
     if rate == "pcie_gbps":
         bps = (s.get("job") or {}).get("pcie_bps")
-        return bps / 1e9 if bps is not None else None
-    return None
+        return (bps / 1e9 if bps is not None else None), None
+    return None, None
+
+
+def judged_error_pct(got: float, est: float | None, bracket: list | None) -> float | None:
+    """The error judged against the stated error: to the point estimate, or 0 inside a stated bracket
+    [low, high] and the distance to its nearer end outside it."""
+    if est is None or not got:
+        return None
+    if bracket and len(bracket) == 2 and bracket[0] is not None and bracket[1] is not None:
+        lo, hi = float(bracket[0]), float(bracket[1])
+        if lo <= got <= hi:
+            return 0.0
+        return 100.0 * ((lo if got < lo else hi) - got) / got
+    return 100.0 * (est - got) / got
 
 
 def stated_error_pct(dtype: str) -> float:
@@ -129,16 +149,21 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
                            "recommendations": list(diag.get("recommendations") or []),
                            "contradicts": contradictions(label, diag), "rate": label.get("rate"),
                            "exact": bool(label.get("exact", True)), "achieved": None, "estimate": None, "error_pct": None,
+                           "bracket": None, "judged_error_pct": None, "stated_error_pct": stated_error_pct(label["dtype"]),
                            "activity": {}}
     rate = label.get("rate")
     if rate and rate in ach:
         t0 = float(ach.get("t_switch", ach["t_start"]))
         s_w, d_w = _diagnosis(path, (t0, float(ach["t_end"])))
-        est = estimate(label, s_w, d_w)
+        est, bracket = estimate(label, s_w, d_w)
         got = float(ach[rate])
         g = (s_w.get("gpus") or [{}])[0]
-        row.update(achieved=got, estimate=est, activity={k: g.get(k) for k in ACTIVITY},
-                   error_pct=100.0 * (est - got) / got if est is not None and got else None)
+        stated = (d_w.get("roofline") or {}).get("kind_error_pct") if rate == "tflops" else None
+        row.update(achieved=got, estimate=est, bracket=bracket, activity={k: g.get(k) for k in ACTIVITY},
+                   error_pct=100.0 * (est - got) / got if est is not None and got else None,
+                   judged_error_pct=judged_error_pct(got, est, bracket))
+        if stated is not None:
+            row["stated_error_pct"] = float(stated)
     return row
 
 
@@ -153,13 +178,17 @@ def scores(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The issue's bars: share classed as labelled, recordings with contradicting advice, per-datatype error."""
     ok = sum(r["class"] == r["label"] for r in rows)
     by_dtype: dict[str, list[float]] = defaultdict(list)
+    stated: dict[str, float] = {}
     for r in rows:
-        if r["error_pct"] is not None and r["exact"]:
-            by_dtype[r["dtype"]].append(abs(r["error_pct"]))
+        if r["judged_error_pct"] is not None and r["exact"]:
+            by_dtype[r["dtype"]].append(abs(r["judged_error_pct"]))
+            stated[r["dtype"]] = min(stated.get(r["dtype"], 1e9), r["stated_error_pct"])
     return {"n": len(rows), "classed_as_labelled": ok, "classed_pct": 100.0 * ok / len(rows) if rows else 0.0,
             "with_contradictions": sum(bool(r["contradicts"]) for r in rows),
             "dtype_max_error_pct": {d: max(v) for d, v in sorted(by_dtype.items())},
-            "dtype_stated_error_pct": {d: stated_error_pct(d) for d in sorted(by_dtype)},
+            "dtype_stated_error_pct": dict(sorted(stated.items())),
+            "over_stated_error": sorted(r["file"] for r in rows if r["judged_error_pct"] is not None and r["exact"]
+                                        and abs(r["judged_error_pct"]) > r["stated_error_pct"]),
             "dtype_missing_estimate": sorted({r["dtype"] for r in rows if r["rate"] and r["exact"]
                                               and r["achieved"] is not None and r["estimate"] is None})}
 
@@ -189,20 +218,24 @@ def matrix_md(rows: list[dict[str, Any]], sc: dict[str, Any]) -> str:
 
 def estimates_md(rows: list[dict[str, Any]], sc: dict[str, Any]) -> str:
     """Estimate vs achieved by datatype, then per recording."""
-    out = ["Error = (estimate - achieved) / achieved over the timed work; rows marked ~ count a lower bound of their "
-           "own bytes (sort, gather, FFT, ...) and are left out of the per-datatype maximum.", "",
-           "| datatype | recordings | max abs error | stated error |", "|---|---|---|---|"]
+    out = ["Error = (estimate - achieved) / achieved over the timed work; where the diagnosis states a bracket "
+           "[low, high] the judged error is 0 inside it and the distance to its nearer end outside. Rows marked ~ "
+           "count a lower bound of their own bytes (sort, gather, FFT, ...) and are not judged.", "",
+           "| datatype | recordings | max abs judged error | stated error |", "|---|---|---|---|"]
     for d, mx in sc["dtype_max_error_pct"].items():
-        n = sum(1 for r in rows if r["dtype"] == d and r["error_pct"] is not None and r["exact"])
+        n = sum(1 for r in rows if r["dtype"] == d and r["judged_error_pct"] is not None and r["exact"])
         out.append(f"| {d} | {n} | {mx:.1f}% | ±{sc['dtype_stated_error_pct'][d]:.0f}% |")
     if sc["dtype_missing_estimate"]:
         out.append(f"\nno estimate at all for: {', '.join(sc['dtype_missing_estimate'])}")
-    out += ["", "| recording | dtype | rate | achieved | estimate | error |", "|---|---|---|---|---|---|"]
+    out += ["", "| recording | dtype | rate | achieved | estimate | bracket | error | judged | stated |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["achieved"] is None:
             continue
         err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%" + ("" if r["exact"] else " ~")
-        out.append(f"| {r['file']} | {r['dtype']} | {r['rate']} | {r['achieved']:.1f} | {_cell(r['estimate'])} | {err} |")
+        br = "-" if not r["bracket"] else f"{r['bracket'][0]:.0f}-{r['bracket'][1]:.0f}"
+        out.append(f"| {r['file']} | {r['dtype']} | {r['rate']} | {r['achieved']:.1f} | {_cell(r['estimate'])} | {br} | "
+                   f"{err} | {_cell(r['judged_error_pct'], '{:+.1f}%')} | ±{r['stated_error_pct']:.0f}% |")
     return "\n".join(out)
 
 
