@@ -160,7 +160,11 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
             r.append("copy from pinned (page-locked) host memory, asynchronously and overlapped with compute "
                      "(pin_memory=True, non_blocking=True, a side CUDA stream): pageable copies go through a staging "
                      "buffer at a fraction of the link's rate")
-        r.append("fewer, larger transfers: batch many small copies into one")
+        if s.gdr:
+            r.append("this node has GPUDirect RDMA (nvidia_peermem): data that arrives over the network can land in "
+                     "GPU memory directly (NCCL, UCX, storage clients that use it), without the host copy")
+        else:
+            r.append("fewer, larger transfers: batch many small copies into one")
         return r
     if cls == "launch_bound":
         gaps = 100.0 - s.util if s.util is not None else None

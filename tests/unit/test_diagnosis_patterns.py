@@ -153,6 +153,25 @@ def test_the_nodes_own_link_generation_and_width_win_over_the_models():
     assert d.cls == "transfer_bound" and any("gen4 x8, as linked" in e for e in d.evidence)
 
 
+def test_the_daemon_hands_the_summary_each_gpus_link_and_gpudirect_from_the_node_topology():
+    from types import SimpleNamespace as NS
+    from pathlib import Path
+    from gpuperf.daemon.deliver import node_links
+
+    root = Path(__file__).resolve().parents[1] / "data" / "nodes"
+    links = node_links(NS(general=NS(node_root=str(root / "h100-vm"))))
+    assert links == {"gpu_links": {"0": {"gen": 5, "width": 16}}, "gpudirect_rdma": False}
+    a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
+                               "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
+    s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=True))
+    assert s["gpus"][0]["pcie_gen"] == 4 and s["hosts"]["n1"]["gpudirect_rdma"] is True
+    d = s["diagnosis"]
+    assert d["class"] == "transfer_bound" and "GPUDirect RDMA" in " ".join(d["recommendations"])
+    # without GPUDirect on the node, no advice to use it
+    s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=False))
+    assert "GPUDirect" not in " ".join(s["diagnosis"]["recommendations"])
+
+
 # -- stalls: SMs busy, no math pipe, little DRAM ----------------------------------------------------------
 
 def test_busy_sms_without_math_or_bandwidth_are_latency_bound_not_compute_bound():
