@@ -25,7 +25,7 @@ done
 "$prefix/venv/bin/pip" install -q --disable-pip-version-check "${mode[@]}" "$here$extras"
 # the hooks' stable paths, the same as the packages' (slurm.conf.snippet names them)
 mkdir -p "$prefix/bin"
-for h in gpuperf gpuperf-prolog gpuperf-epilog gpuperf-taskprolog gpuperf-epilog-slurmctld gpuperf-run; do
+for h in gpuperf gpuperf-prolog gpuperf-epilog gpuperf-taskprolog gpuperf-epilog-slurmctld gpuperf-run gpuperf-mail; do
   ln -sfn "../venv/bin/$h" "$prefix/bin/$h"
 done
 bash "$here/packaging/build-spank.sh" || echo "gpuperf: SPANK plugin not built; gpuperf-run still pins" >&2

@@ -148,6 +148,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "report": {
         "admin_comment": Key(bool, True, "write the summary into the job's AdminComment"),
+        "mail_program": Key(str, "/usr/bin/mail", "the mail program gpuperf-mail (Slurm's MailProg) hands every mail "
+                            "to, with gpuperf's lines added to end-of-job mails"),
+        "mail_wait_s": Key(float, 20.0, "how long gpuperf-mail waits for a job's summary before sending the mail "
+                           "as Slurm wrote it", validate=_positive),
+        "cpu_jobs": Key(bool, False, "follow jobs that hold no GPU on a node too (daemon registration, summary, "
+                        "AdminComment, gpuperf jobs); default: they cost nothing and say nothing"),
         "thresholds": Key(dict, {}, "diagnosis thresholds overriding the defaults", validate="gpuperf.diagnosis.thresholds:resolve_thresholds"),
         "html_max_points": Key(int, 2000, "points per time-series line in --html pages (longer series are averaged)", validate=_positive),
         "prometheus_url": Key(str, "", "Prometheus that scrapes the daemons' /metrics: reports chart jobs from it first "

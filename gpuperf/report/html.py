@@ -154,7 +154,7 @@ def _n(x: Any, nd: int = 0, unit: str = "") -> str:
 
 def _summary_html(s: dict) -> str:
     d, job, q = s.get("diagnosis") or {}, s.get("job") or {}, s.get("quality") or {}
-    parts = [f"<h1>gpuperf report: job {_e(s.get('job_id'))}</h1>",
+    parts = [f"<h1>gpuperf report: job {_e(s.get('job_ref') or s.get('job_id'))}</h1>",
              f"<div class='sub'>user {_e(s.get('user') or '?')} · nodes {_e(', '.join(s.get('nodes') or []))} · "
              f"{_e(job.get('gpu_count', 0))} GPU(s) · wall {_e(terminal.fmt_duration(s.get('wall_s')))} · "
              f"{_n(job.get('gpu_hours'), 2)} GPU-hours, {_n(job.get('wasted_gpu_hours'), 2)} wasted · "
@@ -222,6 +222,6 @@ def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 200
     body.append("<h2>Summary (gpuperf.summary.v1)</h2><details><summary>JSON</summary><pre>"
                 + _e(json.dumps(s, indent=1, sort_keys=True)) + "</pre></details>")
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-            f"<title>gpuperf job {_e(s.get('job_id'))}</title><style>{_CSS}</style>"
+            f"<title>gpuperf job {_e(s.get('job_ref') or s.get('job_id'))}</title><style>{_CSS}</style>"
             f"<script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script></head><body>"
             + "\n".join(body) + "</body></html>")

@@ -87,7 +87,7 @@ def _header(s: dict) -> Text:
     job, q = s.get("job") or {}, s.get("quality") or {}
     names = sorted({g.get("name") or "?" for g in s.get("gpus") or []})
     t = Text()
-    t.append(f"Job {s.get('job_id')}", style="bold")
+    t.append(f"Job {s.get('job_ref') or s.get('job_id')}", style="bold")
     t.append(f"  user {s.get('user') or '?'}  nodes {','.join(s.get('nodes') or []) or '?'}"
              f"  {job.get('gpu_count', 0)} GPU(s) {', '.join(names)}\n")
     t.append(f"{_when(s.get('start'))} → {_when(s.get('end'))}  wall {fmt_duration(s.get('wall_s'))}"

@@ -26,7 +26,7 @@ import pytest
 
 from gpuperf.files import config
 from gpuperf.model import series, summary
-from gpuperf.commands import report
+from gpuperf.jobrecords import series as report
 from gpuperf.controller import clusterstore, merge
 
 ROOT = Path(__file__).resolve().parents[2]

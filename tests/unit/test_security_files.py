@@ -190,7 +190,8 @@ def test_a_flood_of_step_records_costs_the_env_report_its_budget_not_their_size(
     import tracemalloc
 
     from gpuperf.files import safeio
-    from gpuperf.prolog import envplan, envtask
+    from gpuperf.env import plan as envtask
+    from gpuperf.env import report as envplan
 
     (tmp_path / envtask.CACHE).write_text(json.dumps({"vars": [{"name": "NCCL_ALGO", "value": "Ring"}]}))
     env = tmp_path / envtask.TASK_DIR
