@@ -126,6 +126,15 @@ def test_slower_copies_get_pinned_memory_and_overlap_advice():
     assert d.cls == "transfer_bound" and "pinned" in recs(d)
 
 
+def test_pageable_copies_staged_by_the_host_are_transfer_bound_by_the_link_rate_while_busy():
+    # 10 GB/s on average (16% of gen5 x16) while the copy engine ran 40% of the time: 40% while busy
+    d, _ = copies(10.0, util=40.0)
+    assert d.cls == "transfer_bound" and any("staged" in e for e in d.evidence)
+    assert "CUDA graphs" not in recs(d) and "pinned" in recs(d)
+    # the launch-bound recording's figures (util 33%, SM 0.03%, PCIe 0.2 GB/s of launches) stay launch-bound
+    assert copies(0.21, sm=0.03, util=33.0, tx_gbps=0.025)[0].cls == "launch_bound"
+
+
 def test_little_pcie_traffic_is_not_transfer_bound_and_busy_sms_make_it_a_finding_only():
     assert copies(2.0)[0].cls != "transfer_bound"
     busy, _ = diag(util_gpu_pct=100.0, sm_active_pct=95.0, tensor_active_pct=85.0, dram_active_pct=25.0,
@@ -144,9 +153,9 @@ def test_a_gpu_whose_link_is_unknown_is_never_transfer_bound():
 
 def test_the_nodes_own_link_generation_and_width_win_over_the_models():
     a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
-                               "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
+                               "dram_active_pct": 2.0, "pcie_rx_bps": 8e9})
     s = summary.node_summary(a, context())
-    assert s["diagnosis"]["class"] != "transfer_bound"      # 19% of gen5 x16
+    assert s["diagnosis"]["class"] != "transfer_bound"      # 13% of gen5 x16, 17% while the copy engine ran
     for g in s["gpus"]:
         g.update(pcie_gen=4, pcie_width=8)                  # a degraded link: 15.8 GB/s
     d = diagnosis.diagnose(s)
