@@ -151,6 +151,10 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
                  "move decoding/augmentation to the GPU (NVIDIA DALI, torchvision v2 on CUDA)")
         r.append("overlap host work with GPU work (non_blocking copies, CUDA streams)")
         return r
+    if cls == "transfer_bound" and (s.link_pct is None or s.link_pct < th["transfer_link_pct"]) and \
+            (s.nvlink_gbps or 0.0) >= th["comm_nvlink_gbps"]:
+        return ["keep each GPU's data on it: partition the work so a GPU reads what it holds, not its peers' memory",
+                "overlap the peer copies with compute (cudaMemcpyPeerAsync on a side stream) or move fewer bytes"]
     if cls == "transfer_bound":
         r = ["keep the data on the GPU: copy it once and reuse it across steps instead of moving it every step"]
         if (s.link_pct or 0.0) >= near:

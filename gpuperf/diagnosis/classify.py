@@ -40,11 +40,17 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     # 2. throttling distorts every other figure (clocks drop), so it is named before the workload's shape
     if s.hw_throttle_share >= th["throttle_share_pct"]:
         return "throttled", [f"hardware/thermal throttling {pct(s.hw_throttle_share)} of the GPU time"]
-    # 3. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
+    # 3. peer copies: NVLink busy with the SMs idle is the copy engines' work (cudaMemcpyPeer); NCCL's
+    # collectives move their bytes with kernels (the 4x H200 all-reduce recording: SM active 12.6%)
+    if (s.nvlink_gbps is not None and s.nvlink_gbps >= th["comm_nvlink_gbps"] and s.sm is not None
+            and s.sm < th["idle_util_pct"] and (s.pipes or 0.0) < th["compute_pipe_pct"]):
+        return "transfer_bound", [f"NVLink {s.nvlink_gbps:.1f} GB/s per GPU while SMs were active {pct(s.sm)}: peer "
+                                  "copies on the copy engines (collectives would run kernels on the SMs)"]
+    # 3b. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
     comm = _communication(s, th)
     if comm:
         return "communication_bound", comm
-    # 3b. host<->device copies: the copy engine keeps NVML's utilization up (FACTS.md) while the SMs idle
+    # 3c. host<->device copies: the copy engine keeps NVML's utilization up (FACTS.md) while the SMs idle
     xfer = _transfer(s, th)
     if xfer:
         return "transfer_bound", xfer

@@ -181,6 +181,16 @@ def test_the_daemon_hands_the_summary_each_gpus_link_and_gpudirect_from_the_node
     assert "GPUDirect" not in " ".join(s["diagnosis"]["recommendations"])
 
 
+def test_peer_copies_over_nvlink_with_idle_sms_are_transfers_and_collectives_stay_communication():
+    peer, _ = diag(ngpus=2, util_gpu_pct=80.0, sm_active_pct=0.3, tensor_active_pct=0.0, dram_active_pct=10.0,
+                   nvlink_tx_bps=150e9, nvlink_rx_bps=150e9)
+    assert peer.cls == "transfer_bound" and "peer" in recs(peer) and "NCCL" not in recs(peer)
+    # the 4x H200 all-reduce recording's figures: NCCL's kernels keep 12.6% of the SMs busy
+    coll, _ = diag(ngpus=2, util_gpu_pct=70.0, sm_active_pct=12.6, sm_occupancy_pct=3.3, tensor_active_pct=0.0,
+                   dram_active_pct=16.0, nvlink_tx_bps=235e9, nvlink_rx_bps=235e9)
+    assert coll.cls == "communication_bound"
+
+
 # -- stalls: SMs busy, no math pipe, little DRAM ----------------------------------------------------------
 
 def test_busy_sms_without_math_or_bandwidth_are_latency_bound_not_compute_bound():
