@@ -68,6 +68,16 @@ def test_without_per_kind_metrics_the_report_says_so_and_keeps_the_bf16_fallback
     assert any("tensor kind was not measured" in r for r in d.recommendations if "FP8" in r)
 
 
+def test_memory_bound_fp64_work_is_not_told_to_use_bf16_or_fp8_and_other_memory_bound_work_is():
+    fp64, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                   fp64_active_pct=4.0, fp32_active_pct=0.0, dram_active_pct=90.0)
+    assert fp64.cls == "memory_bound" and "FP32 storage" in recs(fp64)
+    assert not any(w in recs(fp64) for w in ("bf16", "FP8", "TF32"))
+    bf16, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                   fp64_active_pct=0.0, dram_active_pct=90.0)
+    assert "bf16/FP8" in recs(bf16)
+
+
 # -- TF32 only where FP32 math at high intensity is in evidence ----------------------------------------
 
 def test_tf32_finding_fires_on_fp32_math_on_cuda_cores():
