@@ -69,7 +69,7 @@ def commands(workload: str, out: Path, seconds: float, lead_s: float, tail_s: fl
 
 
 def run_one(workload: str, outdir: Path, model: str, seconds: float, lead_s: float, tail_s: float,
-            interval: float, how: str) -> Path:
+            interval: float, how: str, grace_s: float = 60.0) -> Path:
     """Record one workload; returns the recording's path."""
     out = outdir / f"{workload}-{model}.jsonl.gz"
     rec_cmd, wl_cmd = commands(workload, out, seconds, lead_s, tail_s, interval, how)
@@ -84,7 +84,7 @@ def run_one(workload: str, outdir: Path, model: str, seconds: float, lead_s: flo
         wl = subprocess.Popen(wl_cmd, env=env, cwd=WORKLOADS, stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
         try:
-            stdout, _ = wl.communicate(timeout=seconds + 60)
+            stdout, _ = wl.communicate(timeout=seconds + grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(wl.pid, signal.SIGKILL)
             stdout, _ = wl.communicate()
@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=1.0, help="sampling interval")
     p.add_argument("--lead", type=float, default=3.0, help="seconds recorded before each workload")
     p.add_argument("--tail", type=float, default=3.0, help="seconds recorded after each workload")
+    p.add_argument("--grace", type=float, default=60.0,
+                   help="seconds a workload may run past --seconds (start-up, compile) before it is killed")
     p.add_argument("--how", default="", help="machine description for the header (cloud VM, host, ...)")
     a = p.parse_args(argv)
     try:
@@ -159,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     how = (f"benchmarks/record_workloads.py on {name} x{_gpu_count()} driver {driver}"
            + (f" ({a.how})" if a.how else "") + f"; interval {a.interval} s")
     for w in names:
-        print(run_one(w, outdir, model_slug(name), a.seconds, a.lead, a.tail, a.interval, how), flush=True)
+        print(run_one(w, outdir, model_slug(name), a.seconds, a.lead, a.tail, a.interval, how, a.grace), flush=True)
     return 0
 
 

@@ -11,6 +11,12 @@ extras=""
 
 . "$here/packaging/apt-need.sh"
 apt_need python3 python3-venv gcc libc6-dev
+# the venv is always Debian's /usr/bin/python3 (readable by job users), never the first python3 on PATH:
+# one built from another interpreter (a root-only pyenv) is built again
+if [ -x "$prefix/venv/bin/python" ] && [ "$(readlink -f "$prefix/venv/bin/python")" != "$(readlink -f /usr/bin/python3)" ]; then
+  echo "gpuperf: $prefix/venv was built from $(readlink -f "$prefix/venv/bin/python"), not /usr/bin/python3: rebuilding it" >&2
+  rm -rf "$prefix/venv"
+fi
 if [ ! -x "$prefix/venv/bin/python" ]; then
   /usr/bin/python3 -m venv "$prefix/venv"
 fi
@@ -25,7 +31,7 @@ done
 "$prefix/venv/bin/pip" install -q --disable-pip-version-check "${mode[@]}" "$here$extras"
 # the hooks' stable paths, the same as the packages' (slurm.conf.snippet names them)
 mkdir -p "$prefix/bin"
-for h in gpuperf gpuperf-prolog gpuperf-epilog gpuperf-taskprolog gpuperf-epilog-slurmctld gpuperf-run; do
+for h in gpuperf gpuperf-prolog gpuperf-epilog gpuperf-taskprolog gpuperf-epilog-slurmctld gpuperf-run gpuperf-mail; do
   ln -sfn "../venv/bin/$h" "$prefix/bin/$h"
 done
 bash "$here/packaging/build-spank.sh" || echo "gpuperf: SPANK plugin not built; gpuperf-run still pins" >&2

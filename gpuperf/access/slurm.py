@@ -135,23 +135,27 @@ class Slurm:
         The last field may hold '|' (it gets the rest of the line)."""
         if not job_ids:
             return {}
+        # keyed by JobIDRaw: an array task's JobID is "8_3", and -j of an array's own id lists every task
         out = self.run("sacct", "-n", "-X", "-P", "-j", ",".join(str(int(j)) for j in job_ids),
-                       "-o", ",".join(fields), timeout_s=self.timeout_s + len(job_ids) * 0.05)
+                       "-o", ",".join(("JobIDRaw", *fields[1:])), timeout_s=self.timeout_s + len(job_ids) * 0.05)
         keys = [f.partition("%")[0] for f in fields]
+        wanted = {int(j) for j in job_ids}
         got: dict[int, dict[str, str]] = {}
         for line in out.splitlines():
             vals = line.split("|", len(keys) - 1)
-            if len(vals) == len(keys) and vals[0].isdigit():
+            if len(vals) == len(keys) and vals[0].isdigit() and int(vals[0]) in wanted:
                 got[int(vals[0])] = dict(zip(keys, vals))
         return got
 
     def sacct_rows(self, fields: tuple[str, ...], since: str, user: str | None = None,
-                   timeout_s: float = 120.0) -> list[dict[str, str]]:
-        """Allocation lines of every job that ran since ``since`` (sacct's time syntax), one sacct call.
+                   timeout_s: float = 120.0, job_ids: list[int] | None = None) -> list[dict[str, str]]:
+        """Allocation lines of every job that ran since ``since`` (sacct's time syntax), one sacct call;
+        of the raw ``job_ids`` instead, whenever they ran, when given.
 
         ``user`` None: the caller's own jobs (sacct's default); ``"ALL"``: everyone's (admins)."""
         # no -s: with a state filter 22.05's sacct lists nothing for a plain -S window
-        args = ["-n", "-X", "-P", "-S", since, "-o", ",".join(fields)]
+        window = ["-j", ",".join(str(int(j)) for j in job_ids)] if job_ids else ["-S", since]
+        args = ["-n", "-X", "-P", *window, "-o", ",".join(fields)]
         if user == "ALL":
             args.append("-a")
         elif user:
@@ -167,9 +171,8 @@ class Slurm:
 
     def admin_comment(self, job_id: int) -> str:
         """The AdminComment sacct holds for a job ('' when none)."""
-        out = self.run("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "AdminComment%65535")
-        lines = [l for l in out.splitlines() if l.strip()]
-        return lines[0] if lines else ""
+        # by raw id: -j of an array's own id lists every task, and the first line is another task's
+        return self.sacct_job(job_id, ("JobID", "AdminComment%65535")).get("AdminComment", "")
 
     def job_cpu_ids(self, job_id: int, node: str | None) -> str | None:
         """The job's CPU_IDs on ``node`` from ``scontrol show job -d`` (Slurm's CPU ids), None when not listed."""
@@ -221,13 +224,60 @@ class Slurm:
         return None
 
     def sacct_job(self, job_id: int, fields: tuple[str, ...] = ("JobID", "User", "UID", "State", "NodeList")) -> dict[str, str]:
-        """One job's allocation line from sacct as field -> value ({} when sacct does not know it)."""
-        out = self.run("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", ",".join(fields))
+        """One job's allocation line from sacct as field -> value ({} when sacct does not know it).
+
+        ``job_id`` is the raw id; ``fields`` starts with JobID (its value: the name users know, ``8_3``);
+        the last field may hold '|'; a width suffix (``AdminComment%65535``) is dropped from the key."""
+        out = self.run("sacct", "-n", "-X", "-P", "-j", str(int(job_id)), "-o", ",".join(("JobIDRaw", *fields)))
+        keys = [f.partition("%")[0] for f in fields]
         for line in out.splitlines():
-            vals = line.split("|")
-            if len(vals) == len(fields):
-                return dict(zip(fields, vals))
+            raw, _, rest = line.partition("|")
+            vals = rest.split("|", len(keys) - 1)
+            if raw.strip() == str(int(job_id)) and len(vals) == len(keys):
+                return dict(zip(keys, vals))
         return {}
+
+    def job_ids(self, ref: str) -> list[tuple[int, str, str]]:
+        """(raw id, JobID as users write it, state) of every allocation a job reference names.
+
+        ``ref`` as Slurm takes it (``8``, ``8_3``, ``10+1``, no step): sacct's lines, then squeue's for
+        jobs accounting does not hold yet (a fresh job, a site without accounting). Pending array
+        ranges (``8_[4-9]``) are kept as sacct prints them. SlurmError only when neither answers."""
+        got: dict[int, tuple[int, str, str]] = {}
+        errors = []
+        for tool, args in (("sacct", ("-n", "-P", "-X", "-j", ref, "-o", "JobIDRaw,JobID,State")),
+                           ("squeue", ("-h", "-t", "all", "-j", ref, "-o", "%A|%i|%T"))):
+            try:
+                out = self.run(tool, *args)
+            except SlurmError as e:
+                # squeue refuses a job it no longer holds ("Invalid job id specified"): not an error here
+                errors.append(str(e))
+                continue
+            for line in out.splitlines():
+                raw, sep, rest = line.strip().partition("|")
+                shown, _, state = rest.partition("|")
+                if sep and raw.isdigit() and shown:
+                    # a pending range shares its raw id with the task that starts last, and for a moment
+                    # at its end one tool names that task by the bare array id: the task's own name wins
+                    old = got.get(int(raw), (0, "", ""))[1]
+                    if not old or "[" in old or (old.isdigit() and not shown.isdigit() and "[" not in shown):
+                        got[int(raw)] = (int(raw), shown, state.split()[0] if state.strip() else "")
+        if not got and len(errors) == 2 and not any("Invalid job id" in e for e in errors):
+            raise SlurmError("; ".join(errors))
+        return sorted(got.values())
+
+    def sacct_names(self, job_ids: list[int]) -> list[tuple[int, str]]:
+        """(raw id, JobID as users write it: ``8_3``, ``10+1``) for raw ids, in one sacct call."""
+        if not job_ids:
+            return []
+        out = self.run("sacct", "-n", "-P", "-X", "-j", ",".join(str(int(j)) for j in job_ids),
+                       "-o", "JobIDRaw,JobID", timeout_s=self.timeout_s + len(job_ids) * 0.05)
+        got = []
+        for line in out.splitlines():
+            raw, sep, shown = line.strip().partition("|")
+            if sep and raw.isdigit() and shown:
+                got.append((int(raw), shown))
+        return got
 
     def node_cpu_layout(self, node: str) -> tuple[int, int, int] | None:
         """(sockets, cores per socket, threads per core) Slurm has for ``node``: the key to its abstract CPU ids."""

@@ -36,6 +36,35 @@ def parse_key_values(text: str) -> dict[str, str]:
     return out
 
 
+UNSET = ("", "(null)")  # how ``scontrol show config`` prints a setting slurm.conf leaves out
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+
+
+def setting(sc: dict[str, str], key: str) -> str | None:
+    """A slurm.conf setting as ``scontrol show config`` shows it; None when unset."""
+    value = sc.get(key, "")
+    return None if value in UNSET else value
+
+
+def plugstack_path(sc: dict[str, str]) -> tuple[str, bool]:
+    """(the plugstack.conf Slurm reads, whether it is Slurm's default): PlugStackConfig, else
+    ``plugstack.conf`` in the directory of slurm.conf (slurm.conf(5), PlugStackConfig)."""
+    explicit = setting(sc, "PlugStackConfig")
+    if explicit:
+        return explicit, False
+    conf = setting(sc, "SLURM_CONF") or DEFAULT_SLURM_CONF
+    return os.path.join(os.path.dirname(conf), "plugstack.conf"), True
+
+
+def spank_candidates(name: str, sc: dict[str, str]) -> list[str]:
+    """Where Slurm looks for a plugstack line's plugin: the path itself when absolute, else each
+    directory of PluginDir (slurm.conf(5): a colon-separated list) in turn (spank(7))."""
+    if name.startswith("/"):
+        return [name]
+    dirs = [d for d in (setting(sc, "PluginDir") or "/usr/lib/x86_64-linux-gnu/slurm-wlm").split(":") if d]
+    return [os.path.join(d, name) for d in dirs]
+
+
 def parse_gres_gpus(show_node: str) -> int | None:
     """GPU count of ``scontrol show node`` output ('Gres=gpu:4' or 'gpu:h100:8(S:0-1)'); None: no GPUs configured."""
     for tok in show_node.split():
@@ -146,10 +175,10 @@ def gather(role: str, node_name: str) -> Facts:
     if sc is not None:
         hooks = [p for k in HOOK_KEYS + CTLD_HOOK_KEYS for p in sc.get(k, "").split(",") if p not in ("", "(null)")]
         f["executable"] = {p: os.path.isfile(p) and os.access(p, os.X_OK) for p in hooks}
-        f["plugstack_path"] = sc.get("PlugStackConfig", "/etc/slurm/plugstack.conf")
+        f["plugstack_path"], f["plugstack_default"] = plugstack_path(sc)
         f["plugstack_lines"] = _plugstack(f["plugstack_path"])
         named = [ln.split()[1] for ln in f["plugstack_lines"] if "gpuperf_spank.so" in ln and len(ln.split()) > 1]
-        f["spank_exists"] = {p: os.path.isfile(p) for p in named}
+        f["spank_exists"] = {p: any(os.path.isfile(x) for x in spank_candidates(p, sc)) for p in named}
         if named and f["node"]:
             rc_h, help_text = _run([os.path.join(bin_dir, "srun"), "--help"])
             f["srun_has_option"] = "--gpuperf" in help_text

@@ -70,9 +70,11 @@ def check_prolog_flags(f: Facts) -> list[Finding]:
     sc = f.get("slurm")
     if sc is None or not f.get("node"):
         return []
-    flags = [x.strip().lower() for x in sc.get("PrologFlags", "").split(",")]
+    value = sc.get("PrologFlags", "")
+    flags = [x.strip().lower() for x in value.split(",")]
     if "alloc" not in flags:
-        return [Finding("fail", "prolog_flags", f"PrologFlags={sc.get('PrologFlags', '')} lacks Alloc",
+        said = "PrologFlags is not set (Slurm's default: none)" if value in ("", "(null)") else f"PrologFlags={value}"
+        return [Finding("fail", "prolog_flags", f"{said} lacks Alloc",
                         "slurm.conf: PrologFlags=Alloc,Contain; then scontrol reconfigure")]
     return _ok("prolog_flags", f"PrologFlags={sc.get('PrologFlags')}")
 
@@ -83,8 +85,10 @@ def check_plugstack(f: Facts) -> list[Finding]:
         return []
     lines = f.get("plugstack_lines") or []
     named = [ln for ln in lines if "gpuperf_spank.so" in ln and not ln.lstrip().startswith("#")]
+    where = f"{f.get('plugstack_path')}" + (" (PlugStackConfig unset: Slurm's default, beside slurm.conf)"
+                                            if f.get("plugstack_default") else "")
     if not named:
-        return [Finding("warn", "plugstack", f"{f.get('plugstack_path')} does not name gpuperf_spank.so: tasks are not "
+        return [Finding("warn", "plugstack", f"{where} does not name gpuperf_spank.so: tasks are not "
                         "pinned next to their GPUs", "add: optional /opt/gpuperf/lib/gpuperf_spank.so run_dir=/run/gpuperf")]
     path = named[0].split()[1] if len(named[0].split()) > 1 else ""
     if not f.get("spank_exists", {}).get(path):
@@ -93,7 +97,7 @@ def check_plugstack(f: Facts) -> list[Finding]:
     if f.get("srun_has_option") is False:
         return [Finding("fail", "plugstack", f"{path} is named but srun does not load it (no --gpuperf in srun --help)",
                         "check slurmd/srun logs for the SPANK error; rebuild: bash packaging/build-spank.sh")]
-    return _ok("plugstack", f"{path} named and loaded")
+    return _ok("plugstack", f"{path} named in {where} and loaded")
 
 
 def check_daemon(f: Facts) -> list[Finding]:

@@ -11,7 +11,7 @@ import sys
 
 from gpuperf.files import config as config_mod
 from gpuperf.files import log
-from gpuperf.commands.report import is_admin
+from gpuperf.jobrecords import is_admin
 from gpuperf.fleet import policy
 from gpuperf.fleet.fingerprint import FleetStore, default_path
 from gpuperf.fleet.ranking import GpuRank, rank, rank_nodes

@@ -2,9 +2,11 @@
 
 Opt-in, for admins, on an idle node. The baseline is what gpuperf injects here today; each
 candidate adds its variables to it. A candidate becomes a ``[[env.rules]]`` table only when the
-95% interval of its paired per-round ratio lies above 1 at every size that matters and it is a
-proven loss nowhere >= 1 MiB (``gpuperf.env.tuning.decide``); the rule records ratios and intervals.
-Otherwise the file says "default is best" with the evidence.
+95% interval of its paired per-round ratio lies above 1 at every size that matters and no measured
+size can lose more than its tolerance (``gpuperf.env.tuning.decide``); the rule records ratios and
+intervals. ``--accept-small-loss`` takes a win at the sizes that matter although smaller sizes lose
+(or may): the rule's reason then names those sizes and their intervals. Otherwise the file says
+"default is best" (or "no proven winner") with the evidence; every size's interval is printed.
 
 ``--transport socket`` measures the network path on one machine: every set (baseline too) runs
 with NVLink, shared memory and InfiniBand off and sockets over loopback, so two processes talk as
@@ -53,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-size", type=int, help="smallest message in bytes (default 8 KiB, quick 256 KiB)")
     p.add_argument("--max-size", type=int, default=1 << 30, help="largest message in bytes (default 1 GiB)")
     p.add_argument("--matter-min", type=int, default=1 << 20, help="sizes that matter start here (default 1 MiB)")
+    p.add_argument("--accept-small-loss", action="store_true",
+                   help="accept a win at every size that matters although smaller sizes lose or may lose; "
+                        "the rule's reason names those sizes and their intervals")
     p.add_argument("--env-root", help="baseline from a recorded node (smoke tests) instead of this one")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds one launch may take")
 
@@ -117,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
     rounds = len(results["baseline"].rounds)
     # the set measured holds the baseline too; the rule adds only the candidate's variables
     verdicts = [dataclasses.replace(tuning.decide(results["baseline"], results[n], size_list, args.matter_min,
-                                                  colls=colls), env=cands[n]) for n in cands]
+                                                  colls=colls, accept_cost=args.accept_small_loss), env=cands[n])
+                for n in cands]
     winners = tuning.best_per_variable(verdicts)
     info = nb.versions()
     text = render_rules(winners, verdicts, info, answer, rounds, args)
@@ -130,13 +136,14 @@ def run(args: argparse.Namespace) -> int:
          "sets": {n: r.to_dict() for n, r in results.items()}}, indent=1))
     for v in verdicts:
         print(f"{'RULE ' if v in winners else 'no   '} {v.name}: {v.reason}")
+        print("\n".join(size_lines(v, "      ")))
     print(f"wrote {len(winners)} rule(s) to {args.out}")
     return 0
 
 
 def render_rules(winners: list, verdicts: list, info: dict, answer: dict, rounds: int, args: argparse.Namespace) -> str:
     """The rules file: a header saying what was measured, every verdict as a comment, the winning rules."""
-    from gpuperf.env import interval as iv, ncclbench as nb, policy as envpolicy, rules as envrules, tuning
+    from gpuperf.env import ncclbench as nb, policy as envpolicy, rules as envrules, tuning
 
     host = socket.gethostname()
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -150,7 +157,7 @@ def render_rules(winners: list, verdicts: list, info: dict, answer: dict, rounds
                      + ") in every set: the network path of a multi-node job, emulated on one machine.")
     for v in verdicts:
         lines.append(f"# {'ACCEPTED' if v in winners else 'rejected'} {v.name}: {v.reason}")
-        lines.extend(f"#     {c.coll} {nb.human(c.size)}: {iv.fmt(c.ratio)} {c.verdict}" for c in v.checks)
+        lines.extend(size_lines(v, "#     "))
     lines.append("")
     shape = answer.get("shape") or {}
     for v in winners:
@@ -177,6 +184,17 @@ def render_rules(winners: list, verdicts: list, info: dict, answer: dict, rounds
                      f"{nb.human(args.matter_min)}, and some intervals are unsettled (more rounds would tell); "
                      "no rule written.")
     return "\n".join(lines) + "\n"
+
+
+def size_lines(verdict, prefix: str) -> list[str]:
+    """Every measured size of a verdict: its ratio, 95% interval and what the interval says."""
+    from gpuperf.env import interval as iv, ncclbench as nb
+
+    out = []
+    for c in verdict.checks:
+        note = " (a loss is not ruled out)" if c.risks and not c.loses else ""
+        out.append(f"{prefix}{c.coll} {nb.human(c.size)}: {iv.fmt(c.ratio)} {c.verdict}{note}")
+    return out
 
 
 def _raw(rule) -> dict:

@@ -178,10 +178,18 @@ class ClusterStore:
         return _unpack(row[0]) if row else None
 
     def jobs(self, since: float | None = None, user: str | None = None, sort: str = "waste",
-             limit: int | None = None) -> list[dict[str, Any]]:
-        """Rows of ``gpuperf jobs`` (no summaries): ended since ``since``, of ``user``, largest first."""
+             limit: int | None = None, job_ids: list[int] | None = None,
+             cpu_jobs: bool = False) -> list[dict[str, Any]]:
+        """Rows of ``gpuperf jobs`` (no summaries): ended since ``since``, of ``user``, among ``job_ids``
+        (raw ids) when given, largest first; jobs that held no GPU only with ``cpu_jobs``."""
         col = SORTS[sort]
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
+        if job_ids is not None:
+            where.append(f"job_id IN ({','.join('?' * len(job_ids))})" if job_ids else "0")
+            args += [int(j) for j in job_ids]
+        if not cpu_jobs:
+            where.append("COALESCE(gpus, 0) > 0")
         if since is not None:
             where.append("end >= ?")
             args.append(since)

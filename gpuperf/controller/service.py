@@ -187,6 +187,12 @@ class Service:
                                  orphan_after_s=self.cfg.controller.orphan_after_s if orphan else None,
                                  late=self.store.db.execute("SELECT 1 FROM jobs WHERE job_id=?",
                                                             (e.job_id,)).fetchone() is not None)
+        if not orphan and not (merged.get("job") or {}).get("gpu_count") and parts and not self.cfg.report.cpu_jobs:
+            # nodes of an older gpuperf still report jobs that held no GPU: nothing to say, nothing to write
+            for n in e.nodes:
+                self._parsed.pop((e.job_id, n), None)
+            self.queue.set_merged(e.job_id, None, "skipped", now)
+            return
         # one JSON encoding and compression serves the store and the AdminComment's payload
         raw = admincomment.compressed(merged)
         self.store.put_job(merged, commit=False, blob=raw)  # committed with the tick's (or chunk's) other changes

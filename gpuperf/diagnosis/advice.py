@@ -1,5 +1,12 @@
-"""What to change: recommendations per class that depend on the distance to the roofline, and the
-findings that stand beside the class (tensor cores unused, SMs underfilled)."""
+"""What to change: recommendations per class that depend on the distance to the roofline and on the kind
+of math the job does, and the findings that stand beside the class (tensor cores unused, SMs
+underfilled, host<->device copies).
+
+Every recommendation rests on a figure the job's evidence names; none is one the job already follows
+(no FP8 to a job whose tensor work cannot be fp16/bf16, no TF32 without FP32 math at high intensity, no
+pinned memory to copies already at the pinned rate); where the figures cannot tell two causes apart
+the text says so and names the measurement that would.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +17,29 @@ from gpuperf.diagnosis.signals import Signals, pct
 
 _BALANCE = "balance the work across GPUs (some GPUs far less busy than others: stragglers, uneven stages)"
 _FAR = ["raise the work per kernel: larger batch or micro-batch, longer sequences per step",
-        "fuse kernels and cut launch gaps: torch.compile, CUDA graphs, fused optimizers",
-        "use fused attention kernels (FlashAttention, scaled_dot_product_attention)"]
+        "fuse kernels and cut launch gaps: torch.compile, fused optimizers"]
+_NSYS = "an Nsight Systems trace (nsys profile) shows which"
 
 
 def findings(s: Signals, th: dict[str, float]) -> list[dict[str, str]]:
     """Findings that hold whatever the class: each {"kind", "text", "fix"}."""
     out = []
     busy = s.sm is not None and s.sm >= 50.0
-    if (busy and s.tensor is not None and s.tensor < th["tensor_unused_pct"] and s.fp32 is not None
-            and s.fp32 >= th["fp32_busy_pct"] and (s.fp64 is None or s.fp64 < th["tensor_unused_pct"])):
+    # FP32 math at high intensity: the FP32 pipe, past its bar, is a larger share of its threshold than
+    # DRAM of its own (elementwise FP32 kernels are DRAM-bound and must not be told to use TF32), with
+    # no tensor work of any kind and no FP64
+    fp32_leads = (s.fp32 is not None and s.fp32 >= th["fp32_busy_pct"]
+                  and (s.dram is None or s.fp32 / th["compute_pipe_pct"] > s.dram / th["memory_dram_pct"]))
+    no_tensor = (s.tensor is not None and s.tensor < th["tensor_unused_pct"]
+                 and all(x is None or x < th["tensor_unused_pct"] for x in (s.hmma, s.imma, s.dmma)))
+    tiled = s.occupancy is not None and s.occupancy < th["matrix_occupancy_pct"]
+    if busy and fp32_leads and no_tensor and tiled and (s.fp64 is None or s.fp64 < th["tensor_unused_pct"]):
         out.append({"kind": "tensor_cores_unused",
                     "text": f"tensor cores unused: tensor active {pct(s.tensor)} while the FP32 pipe is "
-                            f"{pct(s.fp32)} busy (FP32 math on CUDA cores)",
-                    "fix": "enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or bf16 autocast: "
-                           "tensor cores do this math several times faster"})
+                            f"{pct(s.fp32)} busy, DRAM {pct(s.dram)}, {pct(s.occupancy)} of warp slots occupied "
+                            "(FP32 matrix math on CUDA cores: tiled GEMM-like kernels run few warps per SM)",
+                    "fix": "enable TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or bf16 autocast: tensor "
+                           "cores do FP32 matrix products several times faster"})
     quiet = ((s.pipes is not None and s.pipes < th["compute_pipe_pct"])
              and (s.dram is not None and s.dram < th["memory_dram_pct"]))
     if busy and quiet and s.occupancy is not None and s.occupancy < th["underfilled_occupancy_pct"]:
@@ -33,6 +48,13 @@ def findings(s: Signals, th: dict[str, float]) -> list[dict[str, str]]:
                             f"occupied, with math pipes at {pct(s.pipes)} and DRAM at {pct(s.dram)}",
                     "fix": "give each kernel more parallel work: larger batches, larger thread blocks/grids, "
                            "fewer registers or shared memory per block"})
+    link = s.link_pct
+    if link is not None and link >= th["transfer_link_pct"] and s.sm is not None and s.sm >= link:
+        out.append({"kind": "host_copies",
+                    "text": f"host<->device copies: PCIe {s.pcie_dir_gbps:.1f} GB/s in the busier direction, "
+                            f"{link:.0f}% of the link ({s.pcie_link_from})",
+                    "fix": "overlap the copies with compute: pinned host memory, non_blocking copies on a side "
+                           "CUDA stream, prefetch the next batch while this one runs"})
     return out
 
 
@@ -48,6 +70,62 @@ def recommend(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
         if x not in out:
             out.append(x)
     return out[:3]
+
+
+def kind_of(s: Signals, roof: dict[str, Any] | None) -> str | None:
+    """The kind of math the job mostly did: the roofline's dominant kind, else from the pipes measured."""
+    if roof and roof.get("kind"):
+        return roof["kind"]
+    acts = {"hmma": s.hmma, "imma": s.imma, "dmma": s.dmma, "fp16": s.fp16, "fp32": s.fp32, "fp64": s.fp64,
+            "tensor": None if s.by_kind else s.tensor}
+    known = {k: v for k, v in acts.items() if v is not None}
+    return max(known, key=known.get) if known else None
+
+
+def _near_roof(kind: str | None, s: Signals, spec: gpuspecs.GpuSpec | None, roof_pct: float) -> list[str]:
+    """Advice at the math roof, worded for the datatype the job computes in."""
+    head = f"near the math roof ({pct(roof_pct)} activity of its busiest pipe): only less math per result helps"
+    cheaper = "a cheaper algorithm (fewer FLOPs: sparsity, smaller models, distillation)"
+    int_pipe = s.int_pipe is not None and s.int_pipe >= roof_pct
+    if int_pipe:
+        return [f"the integer pipe is the busiest ({pct(s.int_pipe)}): fewer integer operations per element "
+                "(32-bit instead of 64-bit indices, simpler index arithmetic, CUB/Thrust primitives)"]
+    if kind == "dmma":
+        return [head + " (FP64 on the tensor cores, already the fastest FP64 path)",
+                "mixed-precision iterative refinement (cuSOLVER's IRS solvers) where the numerics allow FP32 or "
+                "lower inner steps", "a cheaper algorithm (fewer FLOPs)"]
+    if kind == "imma":
+        return [head + " (INT8 on the tensor cores)", "2:4 structured sparsity on the tensor cores, or a smaller model"]
+    if kind == "fp64":
+        if spec is not None and spec.tensor_fp64_tflops:
+            return [head + " (FP64 on CUDA cores)", f"if this FP64 math is matrix products: cuBLAS/cuSOLVER run "
+                    f"them on the {spec.model}'s FP64 tensor cores ({spec.tensor_fp64_tflops:.0f} TFLOP/s, "
+                    f"{spec.tensor_fp64_tflops / spec.fp64_tflops:.0f}x this pipe's peak)"]
+        return [head + " (FP64 on CUDA cores)", "a cheaper algorithm (fewer FLOPs)"]
+    if kind == "fp16":
+        return [head + " (half precision on CUDA cores)", "if this is matrix products: run them on the tensor cores "
+                "(cuBLAS, torch.matmul in fp16/bf16)"]
+    if kind == "fp32":
+        # FP32 matrix math gets the tensor-cores finding; any FP32 math: fewer or cheaper operations
+        return [head + " (FP32 on CUDA cores)", "fewer or cheaper operations per element: algebraic "
+                "simplification, fused multiply-adds, fast intrinsics (__expf) where accuracy allows"]
+    # tensor work: HMMA (fp16/bf16, TF32 or FP8), or a tensor share whose kind was not measured
+    unsure = ("HMMA activity does not tell them apart" if kind == "hmma" else "the tensor kind was not measured")
+    r = [head]
+    if spec is not None and spec.fp8:
+        r.append(f"if the job computes in bf16/fp16, not FP8 ({unsure}): Transformer Engine FP8 on this "
+                 f"{spec.model} can nearly double the throughput")
+    else:
+        r.append(f"if the job computes in TF32 or FP32 ({unsure}): bf16/fp16 where accuracy allows")
+    r.append(cheaper)
+    return r
+
+
+def _fewer_bytes(s: Signals) -> str:
+    """Advice to move fewer bytes, for the datatype in evidence (no bf16/FP8 to FP64 work)."""
+    if (s.fp64 or 0.0) >= 1.0 or (s.dmma or 0.0) >= 1.0:
+        return "move fewer bytes: FP32 storage with FP64 accumulation where the numerics allow, fewer passes over the data"
+    return "move fewer bytes: narrower datatypes where accuracy allows (bf16/FP8 activations, quantised weights)"
 
 
 def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[str, Any] | None,
@@ -73,33 +151,60 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
                  "move decoding/augmentation to the GPU (NVIDIA DALI, torchvision v2 on CUDA)")
         r.append("overlap host work with GPU work (non_blocking copies, CUDA streams)")
         return r
+    if cls == "transfer_bound" and (s.link_pct is None or s.link_pct < th["transfer_link_pct"]) and \
+            (s.nvlink_gbps or 0.0) >= th["comm_nvlink_gbps"]:
+        return ["keep each GPU's data on it: partition the work so a GPU reads what it holds, not its peers' memory",
+                "overlap the peer copies with compute (cudaMemcpyPeerAsync on a side stream) or move fewer bytes"]
+    if cls == "transfer_bound":
+        r = ["keep the data on the GPU: copy it once and reuse it across steps instead of moving it every step"]
+        if (s.link_pct or 0.0) >= near:
+            r.append(f"the link runs near its rate ({pct(s.link_pct)} of it): only fewer bytes help (a narrower "
+                     "datatype or compressed data before the copy, fewer round trips)")
+        else:
+            r.append("copy from pinned (page-locked) host memory, asynchronously and overlapped with compute "
+                     "(pin_memory=True, non_blocking=True, a side CUDA stream): pageable copies go through a staging "
+                     "buffer at a fraction of the link's rate")
+        if s.gdr:
+            r.append("this node has GPUDirect RDMA (nvidia_peermem): data that arrives over the network can land in "
+                     "GPU memory directly (NCCL, UCX, storage clients that use it), without the host copy")
+        else:
+            r.append("fewer, larger transfers: batch many small copies into one")
+        return r
     if cls == "launch_bound":
-        return ["capture the step in CUDA graphs or use torch.compile(mode='reduce-overhead')",
-                "use larger batches so each kernel fills the GPU",
-                "fuse small operations (torch.compile, fused optimizers such as fused AdamW)"]
+        gaps = 100.0 - s.util if s.util is not None else None
+        return ["fewer, larger kernels: fuse small operations (torch.compile, fused optimizers such as fused AdamW) "
+                "and batch work so each kernel fills the GPU",
+                f"if the trace shows gaps between short kernels: capture the step in CUDA graphs or use "
+                f"torch.compile(mode='reduce-overhead'); they win back at most the {pct(gaps)} of the time with no "
+                f"kernel ({_NSYS})"]
+    if cls == "underfilled":
+        return ["give each kernel more blocks: larger batches or problem sizes per launch, or split the work so the "
+                "grid covers every SM (CUDA graphs would not help: a kernel is running nearly all the time)",
+                "run independent work side by side (CUDA streams, or several processes through MPS) to fill idle SMs",
+                "Nsight Compute's launch statistics (grid size, waves per SM) show how far each grid falls short"]
+    if cls == "latency_bound":
+        return ["make memory accesses coalesced and local: contiguous layouts, indices sorted or bucketed before a "
+                "gather/scatter, transposes tiled through shared memory",
+                "use library kernels (CUB/Thrust sort and scan, cuBLAS/cuTENSOR transposes, fused framework ops) and "
+                "replace contended global atomics with per-block reductions",
+                "profile one kernel with Nsight Compute (ncu --set full): its warp-stall reasons tell memory latency, "
+                "atomics and synchronisation apart"]
     if cls == "memory_bound":
         dram = (roof or {}).get("dram_roof_pct") if roof else s.dram
         if dram is not None and dram >= near:
             # at the bandwidth roof only less traffic helps
-            return ["move fewer bytes: bf16/FP8 activations, quantised weights (FP8/INT8)",
-                    "fuse elementwise operations so intermediates stay on chip (torch.compile)",
-                    "an algorithm with more reuse per byte (tiling, FlashAttention)"]
+            return [_fewer_bytes(s), "fuse elementwise operations so intermediates stay on chip (torch.compile)",
+                    "an algorithm with more reuse per byte (tiling, blocking for cache)"]
         return ["fuse elementwise operations to cut DRAM round trips (torch.compile)",
-                "use FlashAttention / fused attention kernels",
                 "larger, contiguous accesses: bigger batches, channels-last or contiguous tensors"]
     if cls == "compute_bound":
         roof_pct = (roof or {}).get("compute_roof_pct")
         if roof_pct is None:
             roof_pct = s.pipes
+        if s.int_pipe is not None and (roof_pct is None or s.int_pipe > roof_pct):
+            roof_pct = s.int_pipe
         if roof_pct is not None and roof_pct >= near:
-            if (s.tensor or 0.0) >= th["tensor_unused_pct"]:
-                r = [f"near the math roof ({pct(roof_pct)} tensor/FP pipe activity): only less math per result helps"]
-                r.append(f"this GPU ({spec.model}) has FP8 tensor cores: Transformer Engine FP8 can nearly double "
-                         "throughput" if spec is not None and spec.fp8 else
-                         "lower precision where accuracy allows (bf16/fp16 instead of TF32/FP32)")
-                r.append("a cheaper algorithm (fewer FLOPs: sparsity, smaller models, distillation)")
-                return r
-            return []          # FP32 pipe near its roof with tensor cores idle: the finding says it
+            return _near_roof(kind_of(s, roof), s, spec, roof_pct)
         return [f"far from the math roof ({pct(roof_pct)} tensor/FP pipe activity): " + _FAR[0], *_FAR[1:]]
     if cls == "communication_bound":
         r = ["overlap communication with compute (DDP bucket_cap_mb, FSDP forward/backward prefetch)"]

@@ -40,34 +40,84 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     # 2. throttling distorts every other figure (clocks drop), so it is named before the workload's shape
     if s.hw_throttle_share >= th["throttle_share_pct"]:
         return "throttled", [f"hardware/thermal throttling {pct(s.hw_throttle_share)} of the GPU time"]
-    # 3. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
+    # 3. peer copies: NVLink busy with the SMs idle is the copy engines' work (cudaMemcpyPeer); NCCL's
+    # collectives move their bytes with kernels (the 4x H200 all-reduce recording: SM active 12.6%)
+    if (s.nvlink_gbps is not None and s.nvlink_gbps >= th["comm_nvlink_gbps"] and s.sm is not None
+            and s.sm < th["idle_util_pct"] and (s.pipes or 0.0) < th["compute_pipe_pct"]):
+        return "transfer_bound", [f"NVLink {s.nvlink_gbps:.1f} GB/s per GPU while SMs were active {pct(s.sm)}: peer "
+                                  "copies on the copy engines (collectives would run kernels on the SMs)"]
+    # 3b. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
     comm = _communication(s, th)
     if comm:
         return "communication_bound", comm
+    # 3c. host<->device copies: the copy engine keeps NVML's utilization up (FACTS.md) while the SMs idle
+    xfer = _transfer(s, th)
+    if xfer:
+        return "transfer_bound", xfer
     spu = s.sm_per_util
     # 4. the GPU waits for its host: kernels run a small share of the time, but fill the GPU when they do
     if busy < th["input_util_pct"] and (spu is None or spu >= th["launch_sm_per_util"]):
         return "input_bound", [f"GPU utilization {pct(s.util)}: kernels ran {pct(s.util)} of the time, "
                                f"SM active {pct(s.sm)}", *host_evidence(s)]
     # 5. compute vs memory: whichever of the math pipes and the DRAM is further past its threshold
-    comp = (s.pipes or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
+    # the integer pipe is math too (hashing, index arithmetic): busy past the bar, it bounds the kernels
+    comp = max(s.pipes or 0.0, s.int_pipe or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
     mem = (s.dram or 0.0) / th["memory_dram_pct"] if th["memory_dram_pct"] else 0.0
     if max(comp, mem) >= 1.0:
         if mem > comp:
             return "memory_bound", [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
-        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"]
-    # 6. kernels run most of the time but fill few SMs: launch overhead and tiny grids
+        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"
+                                 + (f", integer pipe {pct(s.int_pipe)}" if s.int_pipe is not None else "")]
+    # 6. kernels fill few SMs: launch gaps between small kernels, or grids too small for the GPU
     if spu is not None and spu < th["launch_sm_per_util"]:
-        return "launch_bound", [f"GPU utilization {pct(s.util)} but SM active {pct(s.sm)} "
-                                f"({spu:.2f} of the GPU filled while a kernel runs)"]
-    # 7. SMs busy, pipes and DRAM measured and none dominant: the math runs on CUDA cores at low
-    # intensity; without the pipes (or SM activity) nothing says what bounds the kernels
+        fill = f"GPU utilization {pct(s.util)} but SM active {pct(s.sm)} ({spu:.2f} of the GPU filled while a kernel runs)"
+        if s.util is not None and s.util >= th["launch_gap_util_pct"]:
+            return "underfilled", [f"{fill}: a kernel ran nearly all the time, so launch gaps cost at most "
+                                  f"{pct(100.0 - s.util)} of it; the kernels have too few blocks to fill the SMs"]
+        return "launch_bound", [f"{fill}: small kernels with gaps between them (launch overhead), or kernels whose "
+                                "grids fill few SMs; the figures cannot tell how much is which: an Nsight Systems "
+                                "trace (nsys profile) shows kernel durations and the gaps"]
+    # 7. SMs busy, no resource past its bar alone. Math pipes and DRAM together account for the busy
+    # time (each as a share of its bar, summed past 1): a mix of kernels, named by the math where the
+    # pipes reach half their bar (a training step: tensor 26%, DRAM 45%), else by the memory. Short of
+    # that, the warps wait on something that is neither math nor bandwidth.
     if s.sm is not None and s.pipes is not None and s.dram is not None:
-        return "compute_bound", [f"SM active {pct(s.sm)}, tensor {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, "
-                                 f"DRAM {pct(s.dram)}: no pipe dominant"]
+        mix = f"SM active {pct(s.sm)}, tensor {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM {pct(s.dram)}"
+        if comp + mem >= 1.0:
+            if comp >= 0.5:
+                return "compute_bound", [f"{mix}: a mix of math and memory-bound kernels, the math pipes at "
+                                         f"{comp:.1f} of their bar"]
+            return "memory_bound", [f"{mix}: a mix of kernels, DRAM at {mem:.1f} of its bar"]
+        return "latency_bound", [f"{mix}, integer pipe {pct(s.int_pipe)}: SMs busy while no math pipe works and DRAM "
+                                 "moves little: the warps wait on memory latency, scattered or uncoalesced accesses, "
+                                 "atomics or synchronisation; which of these needs Nsight Compute's warp-stall reasons"]
     return "busy_unprofiled", [f"GPU utilization {pct(s.util)}, SM active {pct(s.sm)}: kernels ran, but "
                                f"tensor/FP pipe and DRAM activity were not measured (tensor {pct(s.tensor)}, "
                                f"DRAM {pct(s.dram)})"]
+
+
+def _transfer(s: Signals, th: dict[str, float]) -> list[str]:
+    """Evidence that host<->device copies bound the job (empty when they do not): no math pipe or DRAM past
+    its bar, and either the PCIe link near its rate on average with the SMs less busy than the link, or
+    (pageable copies: the host stages each chunk between DMA bursts) SMs idle while NVML's utilization
+    (the copy engine's busy time, FACTS.md) is explained by the link running near its rate while busy."""
+    link = s.link_pct
+    if link is None or (s.pipes or 0.0) >= th["compute_pipe_pct"] or (s.dram or 0.0) >= th["memory_dram_pct"]:
+        return []
+    steady = link >= th["transfer_link_pct"] and (s.sm is None or s.sm < link)
+    while_busy = 100.0 * link / s.util if s.util and s.util >= 2 * th["idle_util_pct"] else None
+    staged = (while_busy is not None and while_busy >= th["transfer_link_pct"] and s.sm is not None
+              and s.sm < 2 * th["idle_util_pct"])
+    if not (steady or staged):
+        return []
+    way = "both ways" if (s.pcie_balance or 0.0) >= 0.5 else "mostly one way"
+    ev = [f"PCIe {s.pcie_dir_gbps:.1f} GB/s per GPU in the busier direction ({way}), {link:.0f}% of the "
+          f"{s.pcie_link_gbps:.0f} GB/s link ({s.pcie_link_from}), while SMs were active {pct(s.sm)}: the GPU "
+          f"waits on host<->device copies (NVML's utilization {pct(s.util)} counts the copy engine as busy)"]
+    if not steady and while_busy is not None:
+        ev.append(f"{while_busy:.0f}% of the link while the copy engine ran: copies staged through the host "
+                  "between bursts (pageable memory), not kernels, fill the utilization")
+    return ev
 
 
 def _communication(s: Signals, th: dict[str, float]) -> list[str]:

@@ -2,7 +2,9 @@
 share of GPU-hours and its class, from the daemon's series (1-minute means once full resolution ages out).
 
 Cost is bounded: the series is cut into at most BUCKETS equal stretches, each classified from its
-means with the job-wide rules, and neighbours are merged; linear in the points read.
+means with the job-wide rules, and neighbours are merged; linear in the points read. Stretches with
+no GPU work before the first working one are ``startup`` (imports, CUDA context, JIT compilation,
+data loading), and after the last working one ``idle_tail``: named, never the job's class.
 """
 
 from __future__ import annotations
@@ -11,15 +13,19 @@ from typing import Any
 
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, balance, num
+from gpuperf.diagnosis.thresholds import PHASE_ONLY
 
 BUCKETS = 12        # stretches the job is cut into: a 12-hour job's are an hour, a minute's 5 s
 MAX_PHASES = 4      # more than a few phases is a timeline, which the report's charts already show
 _FIELDS = ("util_gpu_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct")
-# what the daemon hands the epilog with a finished job's aggregates: 8 GPUs x 24 points x 5 lists stay
-# far inside the daemon protocol's 64 KiB reply (docs/CONTRACTS.md)
+# the math pipes by kind, so a stretch of FP32, FP64, integer or per-kind tensor work is judged as the job is
+_PIPES = ("fp16_active_pct", "fp32_active_pct", "fp64_active_pct", "int_active_pct", "tensor_hmma_pct",
+          "tensor_imma_pct", "tensor_dmma_pct", "tensor_dfma_pct")
+# what the daemon hands the epilog with a finished job's aggregates: 8 GPUs x 24 points x 17 lists
+# (about 20 KB as JSON) stay inside the daemon protocol's 64 KiB reply (docs/CONTRACTS.md)
 SERIES_POINTS = 24
 _LINKS = ("nvlink_tx_bps", "nvlink_rx_bps", "pcie_tx_bps", "pcie_rx_bps")
-SERIES_FIELDS = _FIELDS + _LINKS
+SERIES_FIELDS = _FIELDS + _LINKS + _PIPES
 
 
 def compact(series: dict) -> dict:
@@ -28,8 +34,11 @@ def compact(series: dict) -> dict:
             for gpu, ser in series.items() if isinstance(ser, dict)}
 
 
-def segment(series: dict, th: dict[str, float]) -> list[dict[str, Any]]:
-    """Phases of the job: [{"start", "end", "share_pct", "gpu_hours", "class", "evidence"}]; [] when one phase."""
+def segment(series: dict, th: dict[str, float], link_gbps: float | None = None) -> list[dict[str, Any]]:
+    """Phases of the job: [{"start", "end", "share_pct", "gpu_hours", "class", "evidence", "work"}]; [] when one
+    phase. ``work``: the stretch did GPU work (not start-up, an idle tail or idle).
+
+    ``link_gbps``: one direction's raw rate of the GPUs' PCIe link (for stretches of host<->device copies)."""
     points = [(t, gpu, ser) for gpu, ser in series.items() if isinstance(ser, dict)
               for t in [num(x) for x in ser.get("t") or []] if t is not None]
     if len(points) < 4:
@@ -62,7 +71,7 @@ def segment(series: dict, th: dict[str, float]) -> list[dict[str, Any]]:
     for k, b in enumerate(buckets):
         b["start"], b["end"] = t0 + k * width, t0 + (k + 1) * width
         b["gpu_s"] = width * len(b["gpus"])
-    runs = [_run([b], th) for b in buckets if b["n"]]
+    runs = [_run([b], th, link_gbps) for b in buckets if b["n"]]
     runs = _merge_same(runs, th)
     total = sum(r["gpu_s"] for r in runs) or 1.0
     while len(runs) > 1:
@@ -73,12 +82,14 @@ def segment(series: dict, th: dict[str, float]) -> list[dict[str, Any]]:
         j = small - 1 if small == len(runs) - 1 or (small > 0 and runs[small - 1]["gpu_s"] >= runs[small + 1]["gpu_s"]) \
             else small + 1
         a, b = sorted((small, j))
-        runs[a:b + 1] = [_run(runs[a]["buckets"] + runs[b]["buckets"], th)]
+        runs[a:b + 1] = [_run(runs[a]["buckets"] + runs[b]["buckets"], th, link_gbps)]
         runs = _merge_same(runs, th)
+    runs = _name_ends(runs, th)
     if len(runs) < 2:
         return []
     return [{"start": round(r["start"], 1), "end": round(r["end"], 1), "share_pct": round(100.0 * r["gpu_s"] / total, 1),
-             "gpu_hours": round(r["gpu_s"] / 3600.0, 4), "class": r["class"], "evidence": r["evidence"][0]}
+             "gpu_hours": round(r["gpu_s"] / 3600.0, 4), "class": r["class"], "evidence": r["evidence"][0],
+             "work": r["class"] not in PHASE_ONLY and not _no_work(r, th)}
             for r in runs]
 
 
@@ -91,7 +102,36 @@ def _empty() -> dict[str, Any]:
     return {"gpus": set(), "n": 0, "idle": 0, "sum": {}, "cnt": {}}
 
 
-def _run(buckets: list[dict], th: dict[str, float]) -> dict[str, Any]:
+def _name_ends(runs: list[dict], th: dict[str, float]) -> list[dict]:
+    """Leading stretches without GPU work before a working one are start-up, trailing ones an idle tail
+    (neighbours of the same name joined)."""
+    work = [i for i, r in enumerate(runs) if not _no_work(r, th)]
+    if not work:
+        return runs
+    for i, r in enumerate(runs):
+        if i < work[0] or i > work[-1]:
+            name = "startup" if i < work[0] else "idle_tail"
+            r["class"], r["evidence"] = name, [
+                ("no GPU work before the first working stretch (imports, CUDA context, JIT compilation, data loading)"
+                 if name == "startup" else "no GPU work after the last working stretch") + f": {r['evidence'][0]}"]
+    out: list[dict] = []
+    for r in runs:
+        if out and r["class"] in PHASE_ONLY and out[-1]["class"] == r["class"]:
+            out[-1] = dict(out[-1], buckets=out[-1]["buckets"] + r["buckets"], end=r["end"],
+                           gpu_s=out[-1]["gpu_s"] + r["gpu_s"])
+        else:
+            out.append(r)
+    return out
+
+
+def _no_work(run: dict, th: dict[str, float]) -> bool:
+    """Whether a stretch did no GPU work: SM activity (or, without it, utilization) below the idle bar."""
+    s = run["signals"]
+    busy = s.sm if s.sm is not None else s.util
+    return run["class"] in ("idle", "input_bound") and (busy is None or busy < th["idle_util_pct"])
+
+
+def _run(buckets: list[dict], th: dict[str, float], link_gbps: float | None = None) -> dict[str, Any]:
     """A stretch of buckets with its class from the means over them."""
     def mean(f: str) -> float | None:
         c = sum(b["cnt"].get(f, 0) for b in buckets)
@@ -103,21 +143,28 @@ def _run(buckets: list[dict], th: dict[str, float]) -> dict[str, Any]:
         return sum(x for x in vals if x is not None) / 1e9 if any(x is not None for x in vals) else None
 
     gpus = set().union(*(b["gpus"] for b in buckets))
-    s = Signals(util=mean("util_gpu_pct"), sm=mean("sm_active_pct"), tensor=mean("tensor_active_pct"), fp_max=None,
+    fps = [x for x in (mean("fp16_active_pct"), mean("fp32_active_pct"), mean("fp64_active_pct")) if x is not None]
+    dmma = [x for x in (mean("tensor_dmma_pct"), mean("tensor_dfma_pct")) if x is not None]
+    s = Signals(util=mean("util_gpu_pct"), sm=mean("sm_active_pct"), tensor=mean("tensor_active_pct"),
+                fp_max=max(fps) if fps else None,
                 dram=mean("dram_active_pct"), idle_share=100.0 * sum(b["idle"] for b in buckets) / n if n else None,
                 hw_throttle_share=0.0, power_cap_share=0.0,
                 nvlink_gbps=link("nvlink"), pcie_gbps=link("pcie"), nodes=1,
-                pcie_balance=balance(mean("pcie_tx_bps"), mean("pcie_rx_bps")), cpu_eff=None, iowait=None, gpu_count=len(gpus), samples=n)
+                pcie_balance=balance(mean("pcie_tx_bps"), mean("pcie_rx_bps")), cpu_eff=None, iowait=None,
+                gpu_count=len(gpus), samples=n, fp32=mean("fp32_active_pct"), fp64=mean("fp64_active_pct"),
+                fp16=mean("fp16_active_pct"), int_pipe=mean("int_active_pct"), hmma=mean("tensor_hmma_pct"),
+                imma=mean("tensor_imma_pct"), dmma=max(dmma) if dmma else None, pcie_link_gbps=link_gbps)
     cls, ev = classify(s, th)
     return {"buckets": buckets, "start": buckets[0]["start"], "end": buckets[-1]["end"],
-            "gpu_s": sum(b["gpu_s"] for b in buckets), "class": cls, "evidence": ev}
+            "gpu_s": sum(b["gpu_s"] for b in buckets), "class": cls, "evidence": ev, "signals": s,
+            "link": link_gbps}
 
 
 def _merge_same(runs: list[dict], th: dict[str, float]) -> list[dict]:
     out: list[dict] = []
     for r in runs:
         if out and out[-1]["class"] == r["class"]:
-            out[-1] = _run(out[-1]["buckets"] + r["buckets"], th)
+            out[-1] = _run(out[-1]["buckets"] + r["buckets"], th, r["link"])
         else:
             out.append(r)
     return out

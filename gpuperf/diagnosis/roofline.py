@@ -1,10 +1,14 @@
-"""How far a job is from its GPU's roofline: achieved throughput estimated from pipe activity.
+"""How far a job is from its GPU's roofline: achieved throughput estimated from pipe activity, by kind.
 
-Per GPU: tensor activity x the model's dense bf16 peak, FP32/FP64 pipe activity x their peaks, each
-scaled by the SM clock the GPU ran at over the clock the datasheet's figure holds at; DRAM activity x
-peak bandwidth. Checked against workloads that measure their own TFLOP/s and GB/s
-(benchmarks/results/diag_estimates.md): within ERROR_PCT for bf16 and FP32 math and for DRAM; an
-FP8 GEMM does twice the FLOPs per tensor-active cycle, so the tensor figure is its floor (x2 its ceiling).
+Per GPU and kind of math: the kind's activity x its own dense peak (``gpuspecs``), scaled by the SM
+clock the GPU ran at over the clock the datasheet's figure holds at; DRAM activity x peak bandwidth.
+The kinds: HMMA tensor work (fp16/bf16, and TF32 at half and FP8 at twice that rate per active
+cycle: GPM cannot tell them apart, so the estimate prices it at bf16 and states the bracket), IMMA
+(INT8 TOPS), DMMA/DFMA (FP64 tensor), and the FP16, FP32 and FP64 CUDA-core pipes. Where the GPU or
+driver gives no per-kind tensor figure, every tensor-active share is priced at the bf16 peak (the
+``tensor`` kind) and the stated error is the wider one of that fallback. Errors are the largest seen
+on workloads that measured their own rate (benchmarks/results/diag_estimates.md, and the zoo's
+benchmarks/results/zoo/); ``ERROR_PCT`` by kind says which.
 """
 
 from __future__ import annotations
@@ -14,30 +18,74 @@ from typing import Any
 from gpuperf.model import gpuspecs
 from gpuperf.diagnosis.signals import num
 
-# Largest error of the estimates on the ground-truth recordings (H100, H200), rounded up with margin.
+# Largest error of the estimates on the ground-truth recordings (H100, H200), rounded up with margin:
+# bf16 tensor, FP32 pipe and DRAM within 11% (benchmarks/results/diag_estimates.md).
 ERROR_PCT = 15.0
-LABEL = (f"estimate: pipe activity x the model's dense peak at the clock the GPU ran; within ±{ERROR_PCT:.0f}% "
-         "on workloads that measured their own rate (FP8 math: up to 2x the tensor figure)")
+# kind -> (summary keys whose max is its activity, peak attribute of GpuSpec, clock attribute, unit)
+KINDS: dict[str, tuple[tuple[str, ...], str, str, str]] = {
+    "hmma": (("tensor_hmma_pct",), "tensor_bf16_tflops", "tensor_mhz", "TFLOP/s"),
+    "imma": (("tensor_imma_pct",), "tensor_int8_tops", "tensor_mhz", "TOPS"),
+    # FP64 tensor: 132 SMs x 256 FLOP/clk x 1980 MHz = 67 TFLOP/s on H100 SXM: the FP clock
+    "dmma": (("tensor_dmma_pct", "tensor_dfma_pct"), "tensor_fp64_tflops", "fp_mhz", "TFLOP/s"),
+    "fp16": (("fp16_active_pct",), "fp16_tflops", "fp_mhz", "TFLOP/s"),
+    "fp32": (("fp32_active_pct",), "fp32_tflops", "fp_mhz", "TFLOP/s"),
+    "fp64": (("fp64_active_pct",), "fp64_tflops", "fp_mhz", "TFLOP/s"),
+    # fallback: any tensor activity, kind unknown, priced at bf16
+    "tensor": (("tensor_active_pct",), "tensor_bf16_tflops", "tensor_mhz", "TFLOP/s"),
+}
+TENSOR_KINDS = ("hmma", "imma", "dmma")
+# What each kind's work is, for the report: the datatypes it covers
+DTYPES = {"hmma": "fp16/bf16 (TF32, FP8) tensor", "imma": "INT8 tensor", "dmma": "FP64 tensor",
+          "fp16": "FP16 non-tensor", "fp32": "FP32 non-tensor", "fp64": "FP64 non-tensor",
+          "tensor": "tensor (kind not measured)"}
+# Stated error per kind (percent): bf16 tensor, FP32 and DRAM from the ground-truth recordings; the
+# others until the zoo's table (benchmarks/results/zoo/) measures them: the same bound, flagged there.
+ERROR_BY_KIND: dict[str, float] = {"hmma": ERROR_PCT, "imma": ERROR_PCT, "dmma": ERROR_PCT, "fp16": ERROR_PCT,
+                                   "fp32": ERROR_PCT, "fp64": ERROR_PCT, "dram": ERROR_PCT, "tensor": ERROR_PCT}
+# Per active cycle, HMMA work in TF32 does half and FP8 twice the bf16 FLOPs: the bracket of an HMMA estimate
+HMMA_BRACKET = (0.5, 2.0)
+# Without per-kind metrics a tensor-active share may be FP64 tensor work, priced at bf16 up to
+# bf16/FP64-tensor = 14.8x too high (H100: 989/67; FACTS.md: a DMMA GEMM read 575 for 40 achieved),
+# or FP8, 2x too low: the fallback says so rather than claim the bf16 figure's error.
+LABEL = (f"estimate: activity x the dense peak of its kind at the clock run; ±{ERROR_PCT:.0f}% where measured "
+         "(HMMA priced at bf16: TF32 half, FP8 twice that)")
 
 
-def gpu_estimate(g: dict, spec: gpuspecs.GpuSpec) -> dict[str, float | None]:
-    """One GPU's estimated TFLOP/s (tensor, FP32, FP64, the busiest) and DRAM GB/s."""
+def _kind_rate(g: dict, spec: gpuspecs.GpuSpec, kind: str, clk: float | None) -> tuple[float | None, float | None]:
+    """(activity %, rate) of one kind on one GPU; rate None where the model has no such peak."""
+    keys, peak_attr, mhz_attr, _ = KINDS[kind]
+    vals = [num(g.get(k)) for k in keys if num(g.get(k)) is not None]
+    if not vals:
+        return None, None
+    act = max(vals)
+    peak, mhz = getattr(spec, peak_attr), getattr(spec, mhz_attr)
+    if peak is None:
+        return act, None
+    return act, act / 100.0 * peak * (clk / mhz if clk and mhz else 1.0)
+
+
+def by_kind(g: dict) -> bool:
+    """Whether the GPU's figures carry tensor activity by kind (GPM's HMMA/IMMA/DMMA metrics, DCGM's fields)."""
+    return any(num(g.get(k)) is not None for kind in TENSOR_KINDS for k in KINDS[kind][0])
+
+
+def gpu_estimate(g: dict, spec: gpuspecs.GpuSpec) -> dict[str, Any]:
+    """One GPU's estimated rate per kind, the busiest FLOP rate (``tflops``) and DRAM GB/s."""
     clk = num(g.get("sm_clock_mhz"))
-
-    def pipe(key: str, peak: float, mhz: float | None) -> float | None:
-        v = num(g.get(key))
-        if v is None:
-            return None
-        return v / 100.0 * peak * (clk / mhz if clk and mhz else 1.0)
-
-    tensor = pipe("tensor_active_pct", spec.tensor_bf16_tflops, spec.tensor_mhz)
-    fp32 = pipe("fp32_active_pct", spec.fp32_tflops, spec.fp_mhz)
-    fp64 = pipe("fp64_active_pct", spec.fp64_tflops, spec.fp_mhz)
-    known = [x for x in (tensor, fp32, fp64) if x is not None]
+    kinds = [k for k in KINDS if k != "tensor"] if by_kind(g) else ["tensor", "fp16", "fp32", "fp64"]
+    out: dict[str, Any] = {"by_kind": by_kind(g)}
+    for k in KINDS:
+        act, r = _kind_rate(g, spec, k, clk) if k in kinds else (None, None)
+        out[f"{k}_act"], out[f"{k}_rate"] = act, r
+    # the figures older readers know: tensor (all tensor kinds' FLOPs), FP32, FP64 pipes
+    tensor_flops = [out[f"{k}_rate"] for k in ("hmma", "dmma", "tensor") if out[f"{k}_rate"] is not None]
+    out["tensor_tflops"] = sum(tensor_flops) if tensor_flops else None
+    out["fp32_tflops"], out["fp64_tflops"] = out["fp32_rate"], out["fp64_rate"]
+    flops = [out[f"{k}_rate"] for k in kinds if k != "imma" and out[f"{k}_rate"] is not None]
+    out["tflops"] = max(flops) if flops else None
     dram = num(g.get("dram_active_pct"))
-    return {"tensor_tflops": tensor, "fp32_tflops": fp32, "fp64_tflops": fp64,
-            "tflops": max(known) if known else None,
-            "dram_gbps": dram / 100.0 * spec.mem_bw_gbps if dram is not None else None}
+    out["dram_gbps"] = dram / 100.0 * spec.mem_bw_gbps if dram is not None else None
+    return out
 
 
 def _mean(vals: list[float | None], weights: list[float]) -> float | None:
@@ -48,19 +96,40 @@ def _mean(vals: list[float | None], weights: list[float]) -> float | None:
     return sum(v * w for v, w in pairs) / den if den > 0 else sum(v for v, _ in pairs) / len(pairs)
 
 
+def rate(roof: dict[str, Any], kind: str) -> float | None:
+    """A kind's estimated rate from a job estimate (None: not measured or no peak)."""
+    v = (roof.get("kinds") or {}).get(kind)
+    return v[1] if v else None
+
+
 def job_estimate(gpus: list[dict], spec: gpuspecs.GpuSpec) -> dict[str, Any]:
-    """The job's estimates: per-GPU means (weighted by seconds), the job total, distance to the roof."""
+    """The job's estimates: per-GPU means (weighted by seconds), the job total, distance to the roof.
+
+    ``kinds``: {kind: [activity %, rate]} for the kinds measured (rate None where the model has no peak)."""
     per = [gpu_estimate(g, spec) for g in gpus]
     # the weights once: the controller runs this over every GPU of a multi-node job
     w = [num(g.get("seconds")) or 0.0 for g in gpus]
-    out: dict[str, Any] = {k: _mean([p[k] for p in per], w) for k in ("tensor_tflops", "fp32_tflops", "fp64_tflops",
-                                                                     "tflops", "dram_gbps")}
+    out: dict[str, Any] = {k: _mean([p[k] for p in per], w)
+                           for k in ("tensor_tflops", "fp32_tflops", "fp64_tflops", "tflops", "dram_gbps")}
+    kinds = {}
+    for k in KINDS:
+        act = _mean([p[f"{k}_act"] for p in per], w)
+        if act is not None:
+            r = _mean([p[f"{k}_rate"] for p in per], w)
+            kinds[k] = [round(act, 1), None if r is None else round(r, 1)]
+    # kinds not measured are left out (the summary travels in a 4 KiB AdminComment per node)
+    out["kinds"] = kinds
+    out["by_kind"] = bool(per) and all(p["by_kind"] for p in per)
     t = out["tflops"]
     out["tflops_job"] = sum(p["tflops"] for p in per if p["tflops"] is not None) if t is not None else None
-    # distance to the roof: the busiest math pipe as a share of its own peak, and of the tensor peak
-    pipes = [_mean([num(g.get(k)) for g in gpus], w) for k in ("tensor_active_pct", "fp32_active_pct", "fp64_active_pct")]
-    known = [p for p in pipes if p is not None]
-    out["compute_roof_pct"] = max(known) if known else None
+    kind = max(kinds, key=lambda k: kinds[k][0]) if kinds else None
+    out["kind"] = kind
+    out["kind_error_pct"] = ERROR_BY_KIND.get(kind or "", ERROR_PCT)
+    if kind in ("hmma", "tensor") and rate(out, kind) is not None:
+        lo, hi = HMMA_BRACKET
+        out["bracket"] = [round(rate(out, kind) * lo, 1), round(rate(out, kind) * (hi if spec.fp8 else 1.0), 1)]
+    # distance to the roof: the busiest pipe as a share of its own peak, and the FLOPs of the tensor peak
+    out["compute_roof_pct"] = max(v[0] for v in kinds.values()) if kinds else None
     out["tensor_peak_pct"] = 100.0 * t / spec.tensor_bf16_tflops if t is not None else None
     out["dram_roof_pct"] = _mean([num(g.get("dram_active_pct")) for g in gpus], w)
     out["clock_scaled"] = spec.tensor_mhz is not None and any(num(g.get("sm_clock_mhz")) for g in gpus)

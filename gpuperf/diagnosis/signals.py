@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuperf.model import gpuspecs
+
 _HW_THROTTLE = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
 # RDMA devices (IB, RoCE, EFA, Omni-Path) by their kernel names; everything else but lo is Ethernet
 _RDMA_PREFIXES = ("mlx", "bnxt_re", "irdma", "efa", "hfi", "qedr", "erdma", "ionic")
@@ -45,6 +47,34 @@ class Signals:
     fp32: float | None = None
     fp64: float | None = None
     pcie_balance: float | None = None   # min(tx, rx) / max(tx, rx): ~1 for collectives, ~0 for one-way copies
+    pcie_link_gbps: float | None = None  # one direction's raw rate of the GPUs' host link (PCIe gen x lanes)
+    pcie_link_from: str = ""            # where that rate comes from ("gen5 x16, the node's" / "the model's")
+    int_pipe: float | None = None       # integer pipe activity (index arithmetic, hashing, sort keys)
+    hmma: float | None = None           # tensor activity by kind (None: the GPU/driver gives none)
+    imma: float | None = None
+    dmma: float | None = None
+    fp16: float | None = None
+    gdr: bool | None = None             # GPUDirect RDMA loaded on every node (None: not known)
+
+    @property
+    def pcie_dir_gbps(self) -> float | None:
+        """The busier direction's PCIe rate per GPU, GB/s (tx+rx split by their balance)."""
+        if self.pcie_gbps is None:
+            return None
+        return self.pcie_gbps / (1.0 + (self.pcie_balance or 0.0))
+
+    @property
+    def link_pct(self) -> float | None:
+        """The busier PCIe direction as a share of the link's raw rate, percent (None: rate or link unknown)."""
+        d = self.pcie_dir_gbps
+        if d is None or not self.pcie_link_gbps:
+            return None
+        return 100.0 * d / self.pcie_link_gbps
+
+    @property
+    def by_kind(self) -> bool:
+        """Tensor activity by kind was measured."""
+        return any(x is not None for x in (self.hmma, self.imma, self.dmma))
 
     @property
     def nccl_on_tcp(self) -> bool:
@@ -109,7 +139,43 @@ def signals(summary: dict, series: dict | None = None) -> Signals:
         gpu_count=len(gpus), samples=samples, occupancy=num(job.get("sm_occupancy_pct")),
         fp32=num(job.get("fp32_active_pct")), fp64=num(job.get("fp64_active_pct")),
         pcie_balance=balance(num(job.get("pcie_tx_bytes")), num(job.get("pcie_rx_bytes"))),
+        int_pipe=num(job.get("int_active_pct")), hmma=num(job.get("tensor_hmma_pct")),
+        imma=num(job.get("tensor_imma_pct")), fp16=num(job.get("fp16_active_pct")),
+        dmma=_max(num(job.get("tensor_dmma_pct")), num(job.get("tensor_dfma_pct"))),
+        **dict(zip(("pcie_link_gbps", "pcie_link_from"), pcie_link(gpus))),
+        gdr=_all_known([h.get("gpudirect_rdma") for h in hosts]),
     )
+
+
+def _all_known(flags: list[Any]) -> bool | None:
+    """True or False when every host said (all True: True), None when any did not."""
+    if not flags or any(not isinstance(f, bool) for f in flags):
+        return None
+    return all(flags)
+
+
+def _max(*xs: float | None) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return max(vals) if vals else None
+
+
+def pcie_link(gpus: list[dict]) -> tuple[float | None, str]:
+    """(one direction's raw rate of the slowest GPU host link, GB/s; what it rests on): the node's link
+    generation and width where the summary carries them (``pcie_gen``, ``pcie_width``), else the model's."""
+    rates = []
+    for g in gpus:
+        gen, width = num(g.get("pcie_gen")), num(g.get("pcie_width"))
+        if gen and width:
+            rates.append((gpuspecs.pcie_gbps(int(gen), int(width)), f"PCIe gen{int(gen)} x{int(width)}, as linked"))
+            continue
+        spec = gpuspecs.lookup(g.get("name"))
+        if spec is not None and spec.pcie_gen:
+            rates.append((gpuspecs.pcie_gbps(spec.pcie_gen, spec.pcie_lanes),
+                          f"PCIe gen{spec.pcie_gen} x{spec.pcie_lanes}, the {spec.model}'s (the node's link not recorded)"))
+    rates = [r for r in rates if r[0]]
+    if not rates:
+        return None, ""
+    return min(rates, key=lambda r: r[0])
 
 
 def balance(tx: float | None, rx: float | None) -> float | None:

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 # no_data: nothing was sampled; busy_unprofiled: kernels ran, but without SM/pipe/DRAM activity what
-# bounds them is unknown; unused_gpus: some allocated GPUs did nothing while others worked.
-CLASSES = ("no_data", "idle", "unused_gpus", "input_bound", "launch_bound", "memory_bound", "compute_bound",
-           "communication_bound", "throttled", "busy_unprofiled")
+# bounds them is unknown; unused_gpus: some allocated GPUs did nothing while others worked;
+# transfer_bound: host<->device copies on the PCIe link, SMs idle; latency_bound: SMs busy with no math
+# pipe and little DRAM bandwidth (access pattern, atomics, dependent loads); underfilled: a kernel runs
+# nearly all the time but fills few SMs (too few blocks: launch overhead is not the loss).
+CLASSES = ("no_data", "idle", "unused_gpus", "input_bound", "launch_bound", "underfilled", "transfer_bound",
+           "memory_bound", "latency_bound", "compute_bound", "communication_bound", "throttled", "busy_unprofiled")
+# Phases only: GPU work not yet begun (imports, CUDA context, JIT compilation, data loading before the
+# first step) and nothing left to do after the last; they never decide a job's class when it then worked.
+PHASE_ONLY = ("startup", "idle_tail")
 
 DEFAULTS: dict[str, float] = {
     # NVML utilization is "a kernel ran during the sample period"; below 5% on average the GPU was
@@ -46,6 +52,17 @@ DEFAULTS: dict[str, float] = {
     # kernels are too small to occupy half the SMs (launch overhead, tiny grids); real training kernels
     # fill all SMs (FACTS.md: bf16 matmul SM 96% at utilization 100%).
     "launch_sm_per_util": 0.5,
+    # A kernel ran in 70% of the samples while it filled few SMs: the gaps between kernels are at most
+    # 30% of the time, so removing launch overhead (CUDA graphs) wins back at most 1.4x; the SMs left
+    # empty while a kernel runs are the larger loss (too few blocks). A launch-bound stream of tiny
+    # kernels from Python keeps a kernel on the GPU a third of the time (tiny_kernels recording: 33%):
+    # per launch, the host's overhead exceeds the kernel.
+    "launch_gap_util_pct": 70.0,
+    # Host<->device copies: the busier PCIe direction at a quarter of the link's raw rate (gen x lanes).
+    # Pinned copies reach about 70% of it (45 of 63 GB/s on gen5 x16, FACTS.md) and pageable ones less
+    # (the host copies into a staging buffer first), so a quarter on average means the link carried copies
+    # a third of the time or more; with the SMs busy less than the link, the copies bound the job.
+    "transfer_link_pct": 25.0,
     # Tensor (or FP) pipes active 30% of the time: well-tuned LLM training runs at 35-50% model FLOPs
     # utilization, so 30% means the math units are the main consumer of the GPU's time.
     "compute_pipe_pct": 30.0,
@@ -60,6 +77,10 @@ DEFAULTS: dict[str, float] = {
     # math on CUDA cores (an FP32 GEMM without TF32 showed tensor 0%, FP32 pipe 75%).
     "tensor_unused_pct": 5.0,
     "fp32_busy_pct": 20.0,
+    # ... and matrix math in evidence: tiled matrix kernels hold large register tiles and run few warps per
+    # SM (the ground-truth FP32 and bf16 GEMMs: 12-14% occupancy), elementwise and reduction kernels fill
+    # the SMs (66-95%): FP32 math at under 30% occupancy is matrix-like; above it, TF32 advice has no evidence.
+    "matrix_occupancy_pct": 30.0,
     # SMs underfilled: SMs busy half the time with under 20% of their warp slots occupied and no pipe
     # or DRAM near its threshold. Large GEMMs run at 12-14% occupancy with full tensor pipes, so the
     # pipes must be quiet for low occupancy to be the finding.

@@ -109,6 +109,13 @@ class SetResult:
         return {"name": self.name, "env": self.env, "errors": self.errors, "starved": self.starved,
                 "rounds": [{c: {str(k): v for k, v in per.items()} for c, per in r.items()} for r in self.rounds]}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SetResult":
+        """Inverse of to_dict (a recorded ``gpuperf tune`` JSON's ``sets`` entry)."""
+        rounds = [{c: {int(k): list(v) for k, v in per.items()} for c, per in r.items()} for r in d.get("rounds") or []]
+        return cls(str(d.get("name", "")), dict(d.get("env") or {}), rounds, list(d.get("errors") or []),
+                   int(d.get("starved") or 0))
+
 
 # --- launcher --------------------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ aggregates, and this step delivers them itself as before.
 
 When the daemon does not answer within ``daemon.request_timeout_s`` the epilog ends anyway (the job
 ends normally) and a marker in ``<state_dir>/pending/`` lets the daemon finalise the job when it comes
-back (aggregates flagged partial), then deliver it the same way.
+back (aggregates flagged partial), then deliver it the same way. A job without a GPU on this node is
+skipped, as the prolog skipped registering it (``report.cpu_jobs`` opts in).
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ def job_series(cfg: Any, job_id: int) -> dict | None:
 def step(ctx: Any, cfg: Any, state: Any) -> None:
     """Finalise and deliver; never fails the job."""
     if ctx.job_id is None:
+        return
+    if not ctx.gpus and not cfg.report.cpu_jobs:
+        # the prolog registered nothing (gpuperf.prolog.register.wanted): no summary, no AdminComment
+        state.data["finalize"] = {"ok": True, "skipped": "no GPU on this node"}
         return
     job = {"job_id": ctx.job_id, "end": time.time(), "exit_code": ctx.exit_code}
     context = context_of(ctx, cfg)

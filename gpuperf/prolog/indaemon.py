@@ -64,7 +64,9 @@ def run(cfg: Any, job: Mapping[str, Any], cached_health: dict[str, Any] | None,
         health_step.record_results(c, st, results, "daemon", now - float(cached_health["t"]))  # type: ignore[index]
 
     def registration(c: Any, _cfg: Any, st: HookState) -> None:
-        if c.job_id is None:
+        if not register_step.wanted(c, cfg):
+            if c.job_id is not None:
+                st.data["register"] = {"ok": True, "skipped": "no GPU on this node"}
             return
         reply = register(register_step.registration(c, st.env, now))
         st.data["register"] = {"ok": bool(reply.get("ok")), "error": reply.get("error"),

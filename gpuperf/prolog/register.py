@@ -1,5 +1,8 @@
 """Prolog step: register the job with the node daemon (id, uid, user, GPUs, CPUs, start).
 
+A job that holds no GPU on this node is not registered (nothing to measure: no summary, no
+AdminComment follow) unless ``report.cpu_jobs``.
+
 When the daemon does not answer within ``daemon.request_timeout_s`` the job starts anyway and a
 marker in ``<state_dir>/pending/`` lets the daemon register it when it comes back (partial).
 """
@@ -29,9 +32,16 @@ def registration(ctx: Any, env: Mapping[str, str], now: float | None = None) -> 
             "start": time.time() if now is None else now}
 
 
+def wanted(ctx: Any, cfg: Any) -> bool:
+    """Whether gpuperf follows this job on this node: it holds a GPU here, or ``report.cpu_jobs``."""
+    return ctx.job_id is not None and (bool(ctx.gpus) or bool(cfg.report.cpu_jobs))
+
+
 def step(ctx: Any, cfg: Any, state: Any) -> None:
     """Register the job; never fails the job."""
-    if ctx.job_id is None:
+    if not wanted(ctx, cfg):
+        if ctx.job_id is not None:
+            state.data["register"] = {"ok": True, "skipped": "no GPU on this node"}
         return
     job = registration(ctx, state.env)
     try:

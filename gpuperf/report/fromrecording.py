@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuperf.diagnosis import phases
 from gpuperf.model.aggregates import JobAggregates
 from gpuperf.samplers.replay import ReplaySampler, load_recording
 
-SERIES_FIELDS = ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "util_gpu_pct", "power_w",
-                 "nvlink_tx_bps", "nvlink_rx_bps", "pcie_tx_bps", "pcie_rx_bps")
+# what the daemon's finalize reply carries for the phases (``diagnosis.phases.SERIES_FIELDS``), and power
+SERIES_FIELDS = (*phases.SERIES_FIELDS, "power_w")
 
 
 def replay_job(path: str, job_id: int = 1, node: str = "n1", gpus: int | None = None, start_t: float = 1.7637e9,
@@ -86,12 +87,12 @@ def window_job(path: str, gpus: int | None = None,
     import os
     import tempfile
 
-    from gpuperf.model import summary
+    from gpuperf.diagnosis import jobsummary
 
     with tempfile.TemporaryDirectory() as d:
         aggs, series = replay_job(trimmed(path, os.path.join(d, "window.jsonl"), window), job_id=7, node="rec", gpus=gpus,
                                   with_series=True)
-    return summary.node_summary(aggs, {"job_id": 7, "node": "rec"}), series
+    return jobsummary.node_summary(aggs, {"job_id": 7, "node": "rec"}), series
 
 
 def achieved(path: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuperf.model import admincomment
 
-FIELDS = ("JobID", "User", "UID", "Start", "End", "NodeList", "AllocTRES", "AdminComment%65535")
+FIELDS = ("JobIDRaw", "JobID", "User", "UID", "Start", "End", "NodeList", "AllocTRES", "AdminComment%65535")
 SORT_KEYS = {"waste": "wasted_gpu_hours", "energy": "energy_j", "gpu-hours": "gpu_hours", "end": "end"}
 
 
@@ -34,7 +34,10 @@ def row(r: dict[str, str]) -> dict[str, Any] | None:
     text = r.get("AdminComment", "")
     if not admincomment.is_admincomment(text):
         return None
-    out: dict[str, Any] = {"job_id": int(r["JobID"]), "user": r.get("User") or None, "uid": _int(r.get("UID", "")),
+    if not r.get("JobIDRaw", "").isdigit():
+        return None
+    # job_id: Slurm's raw id (what gpuperf stores); job: as users name it (8_3, 10+1), never int()-ed
+    out: dict[str, Any] = {"job_id": int(r["JobIDRaw"]), "job": r.get("JobID") or r["JobIDRaw"], "user": r.get("User") or None, "uid": _int(r.get("UID", "")),
                            "start": _time(r.get("Start", "")), "end": _time(r.get("End", "")),
                            "nodes": r.get("NodeList", ""), "accounting": "done"}
     try:

@@ -30,11 +30,18 @@ class GpuSample:
     # GPM (Hopper+) or DCGM profiling, percent of the interval
     sm_active_pct: float | None = None
     sm_occupancy_pct: float | None = None
-    tensor_active_pct: float | None = None
+    tensor_active_pct: float | None = None    # any tensor pipe
     dram_active_pct: float | None = None
-    fp64_active_pct: float | None = None
+    fp64_active_pct: float | None = None      # non-tensor pipes (FMA units): FP64, FP32, FP16, integer
     fp32_active_pct: float | None = None
     fp16_active_pct: float | None = None
+    int_active_pct: float | None = None
+    # tensor activity by kind: which peak a tensor-active share belongs to (a float64 GEMM's tensor
+    # work is DMMA at ~1/15 of the bf16 rate; FACTS.md "NVML GPM on Hopper")
+    tensor_hmma_pct: float | None = None      # FP16/BF16/TF32/FP8 matrix ops (HMMA)
+    tensor_imma_pct: float | None = None      # integer (INT8) matrix ops
+    tensor_dfma_pct: float | None = None      # FP64 tensor ops as GPM/DCGM name them "DFMA"
+    tensor_dmma_pct: float | None = None      # FP64 matrix ops (DMMA; GPM only)
     # rates over the interval, bytes per second
     pcie_tx_bps: float | None = None
     pcie_rx_bps: float | None = None

@@ -3,7 +3,7 @@
 Uses the public DCGM Python bindings (``pydcgm``, ``dcgm_structs``, ``dcgm_fields``), which ship with the
 DCGM package, not PyPI: they are imported from ``sys.path`` or from the package's install directories.
 The hostengine does the reading; each sweep is one ``GetLatest`` of one field group. Profiling fields
-(1001-1012) are watched in their own group, so a GPU or a hostengine without profiling (or paused for
+(1001-1016) are watched in their own group, so a GPU or a hostengine without profiling (or paused for
 Nsight) still gives the device fields. Processes come from NVML where it loads (DCGM has no public
 per-process field); energy is the hostengine's latest total-energy reading (field 156).
 
@@ -52,6 +52,14 @@ PROF_FIELDS: dict[int, tuple[str, float]] = {
     1011: ("nvlink_tx_bps", 1.0),      # DCGM_FI_PROF_NVLINK_TX_BYTES
     1012: ("nvlink_rx_bps", 1.0),      # DCGM_FI_PROF_NVLINK_RX_BYTES
 }
+# Tensor activity by kind and the integer pipe: watched in a group of their own, so a GPU or DCGM
+# version that lacks one of them (DFMA is Hopper and later) loses these alone, not the fields above
+KIND_FIELDS: dict[int, tuple[str, float]] = {
+    1013: ("tensor_imma_pct", 100.0),  # DCGM_FI_PROF_PIPE_TENSOR_IMMA_ACTIVE
+    1014: ("tensor_hmma_pct", 100.0),  # DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE
+    1015: ("tensor_dfma_pct", 100.0),  # DCGM_FI_PROF_PIPE_TENSOR_DFMA_ACTIVE (Hopper and later)
+    1016: ("int_active_pct", 100.0),   # DCGM_FI_PROF_PIPE_INT_ACTIVE
+}
 ENERGY_FIELD = 156      # DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ
 NVML_INDEX_FIELD = 52   # DCGM_FI_DEV_NVML_INDEX: DCGM gpu ids need not equal NVML indices
 
@@ -79,7 +87,7 @@ def parse_address(arg: str) -> tuple[str, bool]:
 def to_sample(gpu: int, t: float, values: dict[int, Any]) -> GpuSample:
     """Pure: one GPU's latest field values (DcgmFieldValue-like: .value, .isBlank) -> GpuSample."""
     s = GpuSample(gpu=gpu, t=t)
-    for fields in (DEVICE_FIELDS, PROF_FIELDS):
+    for fields in (DEVICE_FIELDS, PROF_FIELDS, KIND_FIELDS):
         for fid, (name, scale) in fields.items():
             v = values.get(fid)
             if v is None or v.isBlank or v.value is None:
@@ -114,19 +122,32 @@ class DcgmSampler:
             self.dev_fg = pydcgm.DcgmFieldGroup(self.handle, name=name + "_dev",
                                                 fieldIds=list(DEVICE_FIELDS) + [ENERGY_FIELD, NVML_INDEX_FIELD])
             self.group.samples.WatchFields(self.dev_fg, freq_us, keep_s, 0)
-            self.prof_fg = None
-            try:
-                prof = pydcgm.DcgmFieldGroup(self.handle, name=name + "_prof", fieldIds=list(PROF_FIELDS))
-                self.group.samples.WatchFields(prof, freq_us, keep_s, 0)
-                self.prof_fg = prof
-            except structs.DCGMError as e:
-                # no profiling here (consumer GPU, paused for Nsight, another watcher): device fields only
-                log.get("samplers.dcgm").warning("DCGM profiling fields unavailable: %s", e)
+            # no profiling here (consumer GPU, paused for Nsight, another watcher): device fields only
+            self.prof_fg = self._watch(name + "_prof", PROF_FIELDS, freq_us, keep_s, "profiling fields")
+            self.kind_fg = self._watch(name + "_kind", KIND_FIELDS, freq_us, keep_s,
+                                       "per-kind tensor and integer pipe fields") if self.prof_fg else None
             system.UpdateAllFields(True)
             self._index = self._nvml_indices(gpu_ids)
         except structs.DCGMError as e:
             self.close()
             raise SamplerUnavailable(f"dcgm: hostengine at {addr}: {e}") from None
+
+    def _watch(self, name: str, fields: dict[int, tuple[str, float]], freq_us: int, keep_s: float,
+               what: str) -> Any:
+        """A watched field group, or None (logged) where the hostengine refuses it."""
+        fg = None
+        try:
+            fg = self.pydcgm.DcgmFieldGroup(self.handle, name=name, fieldIds=list(fields))
+            self.group.samples.WatchFields(fg, freq_us, keep_s, 0)
+            return fg
+        except self.structs.DCGMError as e:
+            log.get("samplers.dcgm").warning("DCGM %s unavailable: %s", what, e)
+            if fg is not None:
+                try:
+                    fg.Delete()
+                except self.structs.DCGMError:
+                    pass
+            return None
 
     def _nvml_indices(self, gpu_ids: list[int]) -> dict[int, int]:
         latest = self.group.samples.GetLatest(self.dev_fg).values
@@ -144,7 +165,7 @@ class DcgmSampler:
         """One GetLatest per field group; GPUs in NVML index order."""
         t = time.time()
         per_gpu: dict[int, dict[int, Any]] = {g: {} for g in self._index}
-        for fg in (self.dev_fg, self.prof_fg):
+        for fg in (self.dev_fg, self.prof_fg, self.kind_fg):
             if fg is None:
                 continue
             try:
@@ -175,13 +196,14 @@ class DcgmSampler:
 
     def close(self) -> None:
         """Delete our field groups and group, and disconnect."""
-        for obj in (getattr(self, "prof_fg", None), getattr(self, "dev_fg", None), getattr(self, "group", None)):
+        for obj in (getattr(self, "kind_fg", None), getattr(self, "prof_fg", None), getattr(self, "dev_fg", None),
+                    getattr(self, "group", None)):
             try:
                 if obj is not None:
                     obj.Delete()
             except Exception:  # noqa: BLE001 - the hostengine may be gone; nothing to clean up then
                 pass
-        self.prof_fg = self.dev_fg = self.group = None
+        self.kind_fg = self.prof_fg = self.dev_fg = self.group = None
         h = getattr(self, "handle", None)
         if h is not None:
             try:

@@ -23,7 +23,12 @@ MIB = 1024 * 1024
 GPM_METRICS: dict[int, tuple[str, float]] = {
     2: ("sm_active_pct", 1.0),          # SM_UTIL
     3: ("sm_occupancy_pct", 1.0),       # SM_OCCUPANCY
+    4: ("int_active_pct", 1.0),         # INTEGER_UTIL
     5: ("tensor_active_pct", 1.0),      # ANY_TENSOR_UTIL
+    6: ("tensor_dfma_pct", 1.0),        # DFMA_TENSOR_UTIL
+    7: ("tensor_hmma_pct", 1.0),        # HMMA_TENSOR_UTIL
+    8: ("tensor_dmma_pct", 1.0),        # DMMA_TENSOR_UTIL
+    9: ("tensor_imma_pct", 1.0),        # IMMA_TENSOR_UTIL
     10: ("dram_active_pct", 1.0),       # DRAM_BW_UTIL
     11: ("fp64_active_pct", 1.0),       # FP64_UTIL
     12: ("fp32_active_pct", 1.0),       # FP32_UTIL

@@ -199,6 +199,35 @@ def test_prolog_flags_without_alloc_is_named(installed):
         assert rc == 1 and "PrologFlags=Serial lacks Alloc" in bad["detail"] and "PrologFlags=Alloc" in bad["fix"]
 
 
+def test_prolog_flags_unset_is_slurms_default_none(installed):
+    c, _ = installed
+    with slurm_conf_variant(c, "\nPrologFlags=Alloc,Contain\n", "\n"):
+        rc, by = doctor(c)
+        bad = _only(by, "prolog_flags", "fail")
+        assert rc == 1 and "PrologFlags is not set (Slurm's default: none)" in bad["detail"]
+
+
+def test_plugstack_config_unset_reads_plugstack_conf_beside_slurm_conf(installed):
+    """Issue 24: with PlugStackConfig left out Slurm reads plugstack.conf in slurm.conf's directory (which
+    names the plugin here: srun --help shows --gpuperf); doctor read "(null)" and warned."""
+    c, _ = installed
+    line = f"PlugStackConfig={c.dir}/plugstack.conf\n"
+    with slurm_conf_variant(c, line, ""):
+        assert "(null)" in c.run("scontrol", "show", "config").stdout.split("PlugStackConfig")[1].split("\n")[0]
+        assert "--gpuperf" in c.run("srun", "--help").stdout  # Slurm itself found the default file
+        rc, by = doctor(c)
+        assert rc == 0 and [x["status"] for x in by["plugstack"]] == ["ok"], by["plugstack"]
+        assert f"{c.dir}/plugstack.conf (PlugStackConfig unset" in by["plugstack"][0]["detail"]
+    # set explicitly to a file that does not name the plugin: that file is the one judged
+    other = c.dir / "out" / "plugstack-other.conf"
+    other.write_text("# no plugins\n")
+    other.chmod(0o644)
+    with slurm_conf_variant(c, line, f"PlugStackConfig={other}\n"):
+        rc, by = doctor(c)
+        bad = _only(by, "plugstack", "warn")
+        assert rc == 0 and f"{other} does not name gpuperf_spank.so" in bad["detail"] and "unset" not in bad["detail"]
+
+
 @pytest.mark.parametrize("line, status, says", [
     ("", "warn", "unset"),                         # Slurm's default: it never ends a hung hook
     ("PrologEpilogTimeout=75\n", "warn", "less than 30 s above"),

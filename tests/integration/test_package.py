@@ -29,7 +29,7 @@ PLACES = (
     "/usr/share/doc/gpuperf/",
     "/usr/share/lintian/overrides/gpuperf",
 )
-HOOKS = ("gpuperf", "gpuperf-prolog", "gpuperf-epilog", "gpuperf-taskprolog", "gpuperf-epilog-slurmctld", "gpuperf-run")
+HOOKS = ("gpuperf", "gpuperf-prolog", "gpuperf-epilog", "gpuperf-taskprolog", "gpuperf-epilog-slurmctld", "gpuperf-run", "gpuperf-mail")
 
 
 def outside_places(paths: list[str]) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gpuperf.files import config
-from gpuperf.commands import report
+from gpuperf.jobrecords import series as report
 from gpuperf.controller import clusterstore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import admincomment, series, summary
+from gpuperf.model import admincomment, series
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.files import config
 from gpuperf.controller import accounting, notices, queue
 from gpuperf.report import sacctrows, timechart
@@ -135,11 +136,11 @@ def test_series_bytes_are_small_and_come_back_within_a_step_of_each_columns_peak
 def test_sacct_rows_decode_admin_comments_and_count_the_rest():
     s = summary.merge([summary.node_summary(aggregates(job_id=3, ngpus=2), context(job_id=3))], ["n1"])
     text = admincomment.encode(s).lower()
-    lines = [{"JobID": "3", "User": "alice", "UID": "1000", "Start": "2026-11-20T10:00:00", "End": "2026-11-20T11:00:00",
+    lines = [{"JobIDRaw": "3", "JobID": "3", "User": "alice", "UID": "1000", "Start": "2026-11-20T10:00:00", "End": "2026-11-20T11:00:00",
               "NodeList": "n1", "AllocTRES": "gres/gpu=2", "AdminComment": text},
-             {"JobID": "4", "User": "alice", "UID": "1000", "Start": "", "End": "", "NodeList": "n1",
+             {"JobIDRaw": "4", "JobID": "4", "User": "alice", "UID": "1000", "Start": "", "End": "", "NodeList": "n1",
               "AllocTRES": "gres/gpu=1", "AdminComment": ""},
-             {"JobID": "5", "User": "alice", "UID": "1000", "Start": "", "End": "", "NodeList": "n1",
+             {"JobIDRaw": "5", "JobID": "5", "User": "alice", "UID": "1000", "Start": "", "End": "", "NodeList": "n1",
               "AllocTRES": "cpu=1", "AdminComment": ""}]
     rows, without = sacctrows.rows(lines)
     assert without == 1 and [r["job_id"] for r in rows] == [3]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpuperf.files import config
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.controller import accounting, clusterstore, service, transport
 from report_fixtures import aggregates, context
 
@@ -256,3 +256,18 @@ def test_kill_9_mid_burst_loses_nothing(munge, tmp_path):
     assert sorted(writes) == jobs
     # a job written again after the restart got the same AdminComment: one comment per job
     assert all(len(v) == 1 for v in writes.values())
+
+
+def test_a_zero_gpu_summary_from_an_older_node_is_skipped_not_written(running):
+    """Nodes of an older gpuperf report jobs that held no GPU: no AdminComment, no stored job (issue 24)."""
+    r = running()
+    end = time.time()
+    a = aggregates(job_id=21, node="n1", ngpus=0, seconds=60.0)
+    a["start"], a["end"] = end - 60.0, end
+    notify(r.config_path, 21, "n1")
+    assert transport.send_node_summary(r.cfg, summary.node_summary(a, context(job_id=21, node="n1")))["ok"]
+    notify(r.config_path, 22, "n1")
+    assert transport.send_node_summary(r.cfg, _summary(22, "n1"))["ok"]
+    _wait_state(r.cfg, [21], ("skipped",))
+    _wait_state(r.cfg, [22])
+    assert list(r.writer.written) == [22] and _job(r.cfg, 21) is None

@@ -8,7 +8,7 @@ import pytest
 
 from gpuperf.files import config
 from gpuperf import diagnosis
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import fromrecording
 from report_fixtures import aggregates, context
 
@@ -70,12 +70,23 @@ def test_rare_kernels_are_input_bound_unless_the_host_is_idle_too():
     assert _rare_kernels(idle_share=0.5, cpu_time_s=3600.0 * 0.1)["class"] == "idle"
 
 
-def test_the_100_percent_utilization_trap_is_launch_bound_and_noted():
+def test_the_100_percent_utilization_trap_is_a_underfilled_not_launch_gaps_and_noted():
+    # a kernel runs all the time but fills 12% of the SMs: too few blocks; CUDA graphs cannot help
     d, _ = _diag(util_gpu_pct=100.0, sm_active_pct=12.0, tensor_active_pct=1.0, dram_active_pct=5.0,
                  nvlink_tx_bps=0.0, nvlink_rx_bps=0.0)
-    assert d.cls == "launch_bound"
+    assert d.cls == "underfilled"
     assert any("utilization" in n and "SM active" in n for n in d.notes)
-    assert any("CUDA graphs" in r for r in d.recommendations)
+    assert not any("CUDA graphs" in r and "capture" in r for r in d.recommendations)
+    assert any("more blocks" in r for r in d.recommendations)
+
+
+def test_small_kernels_with_gaps_are_launch_bound_and_say_what_would_tell_the_causes_apart():
+    d, _ = _diag(util_gpu_pct=40.0, sm_active_pct=1.0, tensor_active_pct=0.0, dram_active_pct=0.5,
+                 nvlink_tx_bps=0.0, nvlink_rx_bps=0.0)
+    assert d.cls == "launch_bound"
+    assert any("Nsight Systems" in e for e in d.evidence)
+    graphs = next(r for r in d.recommendations if "CUDA graphs" in r)
+    assert graphs.startswith("if the trace shows gaps") and "at most the 60%" in graphs
 
 
 def test_memory_bound_when_dram_dominates_and_compute_when_tensor_does():

@@ -113,3 +113,49 @@ def test_group_access_without_state_group_warns():
     f = [x for x in doctor.diagnose(_with_modes("")) if x.code == "modes"]
     assert {x.status for x in f} == {"warn"} and "state_group is unset" in f[0].detail
     assert "chmod 0700 /var/lib/gpuperf" in f[0].fix
+
+
+# every Slurm setting doctor reads, as scontrol prints it when slurm.conf leaves it out ("(null)",
+# 65534) and when set: Slurm's default is what doctor must judge (issue 24)
+def test_plugstack_path_is_slurms_default_beside_slurm_conf_when_unset():
+    assert doctor.plugstack_path({"PlugStackConfig": "(null)", "SLURM_CONF": "/etc/slurm-x/slurm.conf"}) == \
+        ("/etc/slurm-x/plugstack.conf", True)
+    assert doctor.plugstack_path({"PlugStackConfig": "(null)"}) == ("/etc/slurm/plugstack.conf", True)
+    assert doctor.plugstack_path({"PlugStackConfig": "/srv/spank.conf", "SLURM_CONF": "/etc/slurm/slurm.conf"}) == \
+        ("/srv/spank.conf", False)
+
+
+def test_a_relative_plugin_is_looked_for_in_each_plugin_dir():
+    sc = {"PluginDir": "/usr/lib/slurm:/opt/site/slurm"}
+    assert doctor.spank_candidates("gpuperf_spank.so", sc) == ["/usr/lib/slurm/gpuperf_spank.so",
+                                                                "/opt/site/slurm/gpuperf_spank.so"]
+    assert doctor.spank_candidates("/opt/gpuperf/lib/gpuperf_spank.so", sc) == ["/opt/gpuperf/lib/gpuperf_spank.so"]
+
+
+def test_plugstack_finding_names_the_default_file_it_read():
+    default = dict(GOOD, plugstack_path="/etc/slurm/plugstack.conf", plugstack_default=True)
+    ok = _finding(default, "plugstack")
+    assert ok.status == "ok" and "Slurm's default" in ok.detail
+    missing = _finding(dict(default, plugstack_lines=[]), "plugstack")
+    assert missing.status == "warn" and "/etc/slurm/plugstack.conf (PlugStackConfig unset" in missing.detail
+    explicit = _finding(dict(GOOD, plugstack_lines=[], plugstack_default=False), "plugstack")
+    assert explicit.status == "warn" and "unset" not in explicit.detail
+
+
+def test_prolog_flags_unset_is_slurms_none_and_fails():
+    unset = _finding(dict(GOOD, slurm=dict(GOOD["slurm"], PrologFlags="(null)")), "prolog_flags")
+    assert unset.status == "fail" and "not set (Slurm's default: none)" in unset.detail
+    assert _finding(GOOD, "prolog_flags").status == "ok"
+
+
+def test_every_node_hook_unset_or_set():
+    for key in ("Prolog", "Epilog", "TaskProlog"):
+        unset = [x for x in doctor.diagnose(dict(GOOD, slurm=dict(GOOD["slurm"], **{key: "(null)"}))) if x.status == "fail"]
+        assert [x.code for x in unset] == ["hooks"] and f"{key} is not set" in unset[0].detail
+    assert _finding(GOOD, "hooks").status == "ok"
+
+
+def test_prolog_epilog_timeout_unset_is_slurms_no_limit():
+    unset = _finding(dict(GOOD, slurm=dict(GOOD["slurm"], PrologEpilogTimeout="65534")), "prolog_timeout")
+    assert unset.status == "warn" and "unset" in unset.detail
+    assert _finding(GOOD, "prolog_timeout").status == "ok"

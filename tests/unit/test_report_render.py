@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import html, terminal
 from report_fixtures import aggregates, context
 
@@ -38,7 +38,7 @@ def test_terminal_report_has_a_bar_row_per_gpu_and_the_diagnosis():
     s = _job(ngpus=4, util_gpu_pct=100.0, sm_active_pct=12.0, tensor_active_pct=1.0, dram_active_pct=4.0,
              nvlink_tx_bps=0.0, nvlink_rx_bps=0.0)
     out = terminal.render(s, width=120)
-    assert "LAUNCH-BOUND" in out
+    assert "UNDERFILLED" in out
     rows = [l for l in out.splitlines() if re.match(r"^│\s*\d+\s*│", l)]
     assert len(rows) == 4 and all("█" in r or "░" in r for r in rows)
     for i, rec in enumerate(s["diagnosis"]["recommendations"], 1):
@@ -139,4 +139,4 @@ def test_terminal_chart_takes_the_node_daemons_short_labels_and_lines_them_up():
     data = {g: {"t": [0.0, 10.0, 20.0], "sm_active_pct": [0.0, 50.0, 100.0]} for g in ("0", "1", "10")}
     rows = [ln for ln in timechart.render(data, width=60).splitlines() if ln.strip().startswith("GPU ")]
     assert len(rows) == 3
-    assert len({ln.index("·") for ln in rows}) == 1, rows  # every GPU's columns start at one place
+    assert len({ln.index(" mean ") for ln in rows}) == 1, rows  # every GPU's columns line up

@@ -15,7 +15,7 @@ import gpuperf
 ROOT = Path(gpuperf.__file__).parent
 ROOT_SIDE = ["prolog", "epilog", "daemon", "report", "controller", "model/summary.py", "files/jobstate.py",
              "hookbase/hook.py", "hookbase/watchdog.py", "commands/report.py", "files/jobdirs.py",
-             "env/report.py", "affinity/report.py"]
+             "env/report.py", "affinity/report.py", "jobrecords"]
 READS = re.compile(r"\.read_text\(|\.read_bytes\(|\.glob\(|glob\.glob\(|\.iterdir\(|os\.listdir\(|os\.scandir\(|"
                    r"(?<![\w.])open\(|(?<!os)\.open\(|jobstate\.read_json\(|json\.load\(")
 

@@ -196,7 +196,7 @@ def test_dcgm_sample_matches_the_recorded_sample_it_was_fed(hostengine):
         assert by[1].nvlink_tx_bps is None  # blank in DCGM -> None, never 0
         assert s.read_energy() == {1: pytest.approx(1000.0), 0: pytest.approx(2000.0)}
         watch = [c for c in hostengine.calls if c[0] == "watch"]
-        assert [c[3] for c in watch] == [1_000_000, 1_000_000]     # 1 s, in microseconds
+        assert [c[3] for c in watch] == [1_000_000] * 3     # device, profiling, per-kind: 1 s, in microseconds
         assert any(1004 in c[2] for c in watch) and any(155 in c[2] for c in watch)
     finally:
         s.close()
@@ -212,6 +212,29 @@ def test_dcgm_without_profiling_still_gives_device_fields(hostengine):
     assert x.power_w is not None and x.util_gpu_pct is not None
     assert x.tensor_active_pct is None and x.sm_active_pct is None
     s.close()
+
+
+def test_dcgm_maps_the_per_kind_fields_and_a_gpu_without_them_keeps_the_rest(hostengine):
+    from gpuperf.samplers.dcgm import KIND_FIELDS, DcgmSampler
+
+    assert {fid: name for fid, (name, _) in KIND_FIELDS.items()} == {
+        1013: "tensor_imma_pct", 1014: "tensor_hmma_pct", 1015: "tensor_dfma_pct", 1016: "int_active_pct"}
+    for g in hostengine.gpus.values():
+        g.update({1013: 0.02, 1014: 0.55, 1015: 0.0, 1016: 0.125})
+    s = DcgmSampler()
+    x = s.sample()[0]
+    s.close()
+    assert (x.tensor_imma_pct, x.tensor_hmma_pct, x.tensor_dfma_pct, x.int_active_pct) == \
+        pytest.approx((2.0, 55.0, 0.0, 12.5))
+    assert x.tensor_dmma_pct is None                                 # DCGM has no DMMA field
+    # a hostengine that cannot watch DFMA (pre-Hopper): the per-kind group is lost, not the profiling one
+    hostengine.unsupported.add(1015)
+    s = DcgmSampler()
+    x = s.sample()[0]
+    s.close()
+    assert x.tensor_active_pct is not None and x.sm_active_pct is not None
+    assert x.tensor_hmma_pct is None and x.int_active_pct is None    # None, never 0
+    assert hostengine.field_groups == {}
 
 
 def test_dcgm_probe_and_auto_choice(hostengine):
@@ -245,15 +268,46 @@ def test_dcgm_bindings_missing_is_unavailable():
 
 # --- the contract every backend passes ---------------------------------------------------------------
 
-@pytest.fixture(params=["replay", "dcgm"])
+# tensor activity by kind and the non-tensor pipes: percent of the interval, None where not offered
+KIND_PCT = ("tensor_hmma_pct", "tensor_imma_pct", "tensor_dfma_pct", "tensor_dmma_pct",
+            "fp16_active_pct", "fp32_active_pct", "fp64_active_pct", "int_active_pct")
+KIND_VALUES = {"tensor_hmma_pct": 61.0, "tensor_imma_pct": 3.0, "tensor_dfma_pct": 7.5, "tensor_dmma_pct": 7.0,
+               "fp16_active_pct": 1.5, "fp32_active_pct": 12.0, "fp64_active_pct": 4.0, "int_active_pct": 20.0}
+
+
+def kinds_recording(path: Path) -> Path:
+    """A 2-GPU recording where GPU 0's sampler offered the per-kind metrics and GPU 1's did not."""
+    lines = [{"schema": "gpuperf.recording.v1", "how": "unit test", "interval_s": 1.0, "workload": "kinds",
+              "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}, {"index": 1, "name": "NVIDIA A100-SXM4-80GB"}]}]
+    for i in range(6):
+        t = 1_700_000_000.0 + i
+        lines.append({"t": t, "samples": [GpuSample(gpu=0, t=t, util_gpu_pct=100.0, sm_active_pct=90.0,
+                                                    tensor_active_pct=70.0, **KIND_VALUES).to_dict(),
+                                          GpuSample(gpu=1, t=t, util_gpu_pct=100.0, sm_active_pct=90.0,
+                                                    tensor_active_pct=70.0).to_dict()]})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+@pytest.fixture(params=["replay", "replay-kinds", "dcgm"])
 def any_sampler(request, tmp_path):
     if request.param == "replay":
         s = open_sampler(f"replay:{REC}?loop")
+    elif request.param == "replay-kinds":
+        s = open_sampler(f"replay:{kinds_recording(tmp_path / 'k.jsonl')}?loop")
     else:
-        request.getfixturevalue("hostengine")
+        he = request.getfixturevalue("hostengine")
+        for g in he.gpus.values():
+            g.update({fid: KIND_VALUES[name] / scale for fid, (name, scale) in _kind_fields().items()})
         s = open_sampler("dcgm")
     yield s
     s.close()
+
+
+def _kind_fields():
+    from gpuperf.samplers.dcgm import KIND_FIELDS
+
+    return KIND_FIELDS
 
 
 def test_every_backend_keeps_the_sampler_contract(any_sampler):
@@ -267,11 +321,15 @@ def test_every_backend_keeps_the_sampler_contract(any_sampler):
         for x in sweep:
             assert isinstance(x, GpuSample)
             assert before - 1 <= x.t <= time.time() + 1
-            for name in ("util_gpu_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct"):
+            for name in ("util_gpu_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct", *KIND_PCT):
                 v = getattr(x, name)
                 assert v is None or 0 <= v <= 100, (name, v)
             assert x.power_w is None or x.power_w >= 0
             assert GpuSample.from_dict(json.loads(json.dumps(x.to_dict()))) == x
+    if s.name == "dcgm" or "k.jsonl" in getattr(s, "path", ""):
+        # the backend carries tensor activity by kind and the integer pipe where it is offered
+        assert all(getattr(sweep[0], k) == pytest.approx(KIND_VALUES[k]) for k in
+                   ("tensor_hmma_pct", "tensor_imma_pct", "tensor_dfma_pct", "int_active_pct")), sweep[0]
     energy = s.read_energy()
     assert set(energy) == {x.gpu for x in sweep}
     assert all(v is None or v >= 0 for v in energy.values())
@@ -373,3 +431,70 @@ def test_nvml_counter_rate():
     assert counter_rate(None, 5.0, 1.0, 1.0) is None
     assert counter_rate(5.0, 4.0, 1.0, 1.0) is None      # reset (driver reload): unknown, not negative
     assert counter_rate(1.0, 2.0, 0.0, 1.0) is None
+
+
+class _FakeGpmNvml:
+    """The few pynvml names ``_Gpm`` uses; metric ids in ``offered`` answer, others fail as NotSupported."""
+
+    NVML_GPM_METRICS_GET_VERSION = 1
+
+    class NVMLError(Exception):
+        value = 3
+
+    def __init__(self, values: dict[int, float]):
+        self.values = values
+
+    def nvmlGpmSampleAlloc(self):
+        return object()
+
+    def nvmlGpmSampleGet(self, handle, sample):
+        return 0
+
+    def nvmlGpmSampleFree(self, sample):
+        return 0
+
+    def c_nvmlGpmMetricsGet_t(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(version=0, numMetrics=0, sample1=None, sample2=None,
+                               metrics=[SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(98)])
+
+    def nvmlGpmMetricsGet(self, req):
+        for m in req.metrics[:req.numMetrics]:
+            ok = m.metricId in self.values
+            m.nvmlReturn, m.value = (0, self.values[m.metricId]) if ok else (3, 0.0)
+        return req
+
+
+@pytest.mark.parametrize("offered", ["all", "none"])
+def test_nvml_gpm_reads_tensor_activity_by_kind_and_leaves_unoffered_metrics_none(monkeypatch, offered):
+    from gpuperf.access import nvmlq
+    from gpuperf.samplers.nvml import GPM_METRICS, _Gpm
+
+    kinds = {4: 20.0, 6: 7.5, 7: 61.0, 8: 7.0, 9: 3.0, 11: 4.0, 12: 12.0, 13: 1.5}
+    base = {2: 90.0, 5: 70.0, 10: 30.0}
+    mod = _FakeGpmNvml({**base, **(kinds if offered == "all" else {})})
+    monkeypatch.setattr(nvmlq, "_state", {"init": True, "error": None, "mod": mod})
+    assert {GPM_METRICS[i][0] for i in kinds} == set(KIND_PCT)
+    gpm = _Gpm(mod, handle=object(), nvlink=False)
+    assert gpm.sweep() == {}                         # the first sample has nothing to compare with
+    for _ in range(2):                               # the second sweep asks only what the GPU offered
+        got = gpm.sweep()
+        s = GpuSample(gpu=0, t=0.0, **got)
+        if offered == "all":
+            assert {k: getattr(s, k) for k in KIND_PCT} == KIND_VALUES
+        else:
+            assert all(getattr(s, k) is None for k in KIND_PCT) and s.tensor_active_pct == 70.0
+
+
+def test_per_kind_metrics_reach_the_summary_as_per_gpu_means_and_none_where_missing(tmp_path):
+    from gpuperf.diagnosis import jobsummary as summary
+    from gpuperf.report import fromrecording
+
+    aggs, _ = fromrecording.replay_job(str(kinds_recording(tmp_path / "k.jsonl")), job_id=3, node="n")
+    s = summary.node_summary(aggs, {"job_id": 3, "node": "n"})
+    by = {g["gpu"]: g for g in s["gpus"]}
+    for k in KIND_PCT:
+        assert by[0][k] == pytest.approx(KIND_VALUES[k]), k
+        assert by[1][k] is None, k                    # the GPU lacked them: missing, never 0
+        assert s["job"][k] == pytest.approx(KIND_VALUES[k]), k   # job mean over the GPUs that had it

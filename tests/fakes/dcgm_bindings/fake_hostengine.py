@@ -7,6 +7,9 @@ from typing import Any
 up: bool = False
 address: str = "localhost"
 prof_supported: bool = True
+# field ids this hostengine cannot watch (a GPU or DCGM version without them): WatchFields of a group
+# holding any of them fails with NOT_SUPPORTED, as for profiling fields without profiling
+unsupported: set[int] = set()
 # gpuId -> fieldId -> value (None: blank)
 gpus: dict[int, dict[int, Any]] = {}
 # what the bindings did, for tests: ("watch", group, fields, freq_us, keep_s, samples), ("connect", addr)...
@@ -25,3 +28,4 @@ def reset() -> None:
     groups.clear()
     field_groups.clear()
     watched.clear()
+    unsupported.clear()

@@ -103,7 +103,7 @@ class _Samples:
     def WatchFields(self, fieldGroup, updateFreq, maxKeepAge, maxKeepSamples):
         _check(self._g._dcgmHandle)
         fields = he.field_groups[fieldGroup.fieldGroupId]
-        if not he.prof_supported and any(f in dcgm_fields.PROF_RANGE for f in fields):
+        if (not he.prof_supported and any(f in dcgm_fields.PROF_RANGE for f in fields)) or he.unsupported & set(fields):
             raise dcgm_structs.dcgmExceptionClass(dcgm_structs.DCGM_ST_NOT_SUPPORTED)()
         he.calls.append(("watch", self._g.groupName, tuple(fields), updateFreq, maxKeepAge, maxKeepSamples))
         he.watched.update(fields)

@@ -1,0 +1,302 @@
+"""Issue 30's patterns on synthetic jobs: each class and finding where its condition holds, and ABSENT where
+it does not (tensor work by kind, host copies, stalls, one story per job, advice with its condition)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuperf import diagnosis
+from gpuperf.diagnosis import roofline
+from gpuperf.model import gpuspecs
+from gpuperf.diagnosis import jobsummary as summary
+from report_fixtures import aggregates, context
+
+QUIET = dict(nvlink_tx_bps=0.0, nvlink_rx_bps=0.0, pcie_tx_bps=1e8, pcie_rx_bps=1e8)
+H100 = gpuspecs.lookup("NVIDIA H100 80GB HBM3")
+
+
+def diag(ngpus: int = 1, series: dict | None = None, **means):
+    s = summary.node_summary(aggregates(ngpus=ngpus, **{**QUIET, **means}), context())
+    return diagnosis.diagnose(s, series=series), s
+
+
+def recs(d) -> str:
+    return " | ".join(d.recommendations)
+
+
+# -- tensor work by kind ------------------------------------------------------------------------------
+
+FP64_GEMM = dict(util_gpu_pct=100.0, sm_active_pct=97.0, tensor_active_pct=73.0, tensor_dmma_pct=73.0,
+                 tensor_hmma_pct=0.0, tensor_imma_pct=0.0, fp64_active_pct=0.0, fp32_active_pct=1.0,
+                 dram_active_pct=10.0, sm_clock_mhz=1980.0)
+
+
+def test_an_fp64_tensor_gemm_is_priced_at_the_fp64_tensor_peak_and_gets_no_fp8_or_bf16_advice():
+    d, s = diag(**FP64_GEMM)
+    assert d.cls == "compute_bound" and d.roofline["kind"] == "dmma"
+    # 73% of 67 TFLOP/s, not 73% of the 989 bf16 peak (the issue: 575 said for 40 achieved)
+    assert d.roofline["tflops"] == pytest.approx(0.73 * H100.tensor_fp64_tflops, rel=0.03)
+    assert s["estimates"]["tflops_est_per_gpu"] < 60
+    assert not any(w in recs(d) for w in ("FP8", "bf16", "TF32"))
+    assert "FP64" in recs(d)
+    assert not any("priced at bf16" in n for n in d.notes)          # the kinds were measured
+
+
+def test_hmma_work_is_priced_at_bf16_with_its_tf32_fp8_bracket_and_fp8_advice_is_conditional():
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=96.0, tensor_active_pct=90.0, tensor_hmma_pct=90.0,
+                tensor_imma_pct=0.0, tensor_dmma_pct=0.0, dram_active_pct=25.0, sm_clock_mhz=1830.0)
+    assert d.roofline["kind"] == "hmma"
+    est = d.roofline["tflops"]
+    assert est == pytest.approx(0.9 * H100.tensor_bf16_tflops, rel=0.03)
+    assert d.roofline["bracket"] == [pytest.approx(est / 2, rel=0.01), pytest.approx(est * 2, rel=0.01)]
+    fp8 = next(r for r in d.recommendations if "FP8" in r)
+    assert fp8.startswith("if the job computes in bf16/fp16, not FP8")
+    assert any("as TF32" in e and "as FP8" in e for e in d.evidence)
+
+
+def test_int8_tensor_work_is_priced_in_tops_and_gets_no_fp8_advice():
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=96.0, tensor_active_pct=80.0, tensor_imma_pct=80.0,
+                tensor_hmma_pct=0.0, tensor_dmma_pct=0.0, dram_active_pct=20.0, sm_clock_mhz=1830.0)
+    assert d.roofline["kind"] == "imma"
+    assert roofline.rate(d.roofline, "imma") == pytest.approx(0.8 * H100.tensor_int8_tops, rel=0.03)
+    assert "TOPS" in " ".join(d.evidence) and "FP8" not in recs(d) and "INT8" in recs(d)
+
+
+def test_without_per_kind_metrics_the_report_says_so_and_keeps_the_bf16_fallback():
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=96.0, tensor_active_pct=90.0, dram_active_pct=25.0)
+    assert d.roofline["kind"] == "tensor" and not d.roofline["by_kind"]
+    assert any("not measured" in n and "15x" in n for n in d.notes)
+    assert any("tensor kind was not measured" in r for r in d.recommendations if "FP8" in r)
+
+
+def test_memory_bound_fp64_work_is_not_told_to_use_bf16_or_fp8_and_other_memory_bound_work_is():
+    fp64, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                   fp64_active_pct=4.0, fp32_active_pct=0.0, dram_active_pct=90.0)
+    assert fp64.cls == "memory_bound" and "FP32 storage" in recs(fp64)
+    assert not any(w in recs(fp64) for w in ("bf16", "FP8", "TF32"))
+    bf16, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                   fp64_active_pct=0.0, dram_active_pct=90.0)
+    assert "bf16/FP8" in recs(bf16)
+
+
+# -- TF32 only where FP32 math at high intensity is in evidence ----------------------------------------
+
+def test_tf32_finding_fires_on_fp32_math_on_cuda_cores():
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=97.0, tensor_active_pct=0.0, fp32_active_pct=63.0,
+                dram_active_pct=10.0)
+    assert [f["kind"] for f in d.findings] == ["tensor_cores_unused"] and "TF32" in d.recommendations[0]
+
+
+@pytest.mark.parametrize("means", [
+    # memory-bound FP32 elementwise work (softmax, LayerNorm): the FP32 pipe busy, DRAM far busier
+    dict(sm_active_pct=95.0, tensor_active_pct=0.0, fp32_active_pct=25.0, dram_active_pct=85.0),
+    # tensor cores already in use (HMMA by kind, any-tensor low because of sampling)
+    dict(sm_active_pct=95.0, tensor_active_pct=2.0, tensor_hmma_pct=40.0, fp32_active_pct=40.0, dram_active_pct=10.0),
+    # FP64 work
+    dict(sm_active_pct=95.0, tensor_active_pct=0.0, fp32_active_pct=40.0, fp64_active_pct=50.0, dram_active_pct=10.0),
+    # math-heavy elementwise FP32 (a polynomial per element): FP32 pipe busy, DRAM quiet, but the SMs full
+    # of warps, as elementwise kernels run (matrix kernels run few: 12-14% in the ground-truth GEMMs)
+    dict(sm_active_pct=97.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0, fp32_active_pct=70.0, dram_active_pct=5.0),
+    # SMs mostly idle
+    dict(util_gpu_pct=40.0, sm_active_pct=30.0, tensor_active_pct=0.0, fp32_active_pct=25.0, dram_active_pct=5.0),
+])
+def test_tf32_finding_is_absent_where_fp32_matrix_math_is_not_in_evidence(means):
+    d, _ = diag(**means)
+    assert "tensor_cores_unused" not in [f["kind"] for f in d.findings]
+    assert "TF32" not in recs(d)
+    assert 1 <= len(d.recommendations) <= 3
+
+
+def test_integer_math_is_compute_bound_and_told_about_integer_work_not_floating_point():
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=97.0, sm_occupancy_pct=80.0, tensor_active_pct=0.0,
+                fp32_active_pct=2.0, int_active_pct=70.0, dram_active_pct=5.0)
+    assert d.cls == "compute_bound" and "integer" in recs(d)
+    assert not any(w in recs(d) for w in ("FP8", "TF32", "bf16", "attention"))
+
+
+# -- host<->device copies -------------------------------------------------------------------------------
+
+def copies(rx_gbps: float, sm: float = 0.2, util: float = 73.0, tx_gbps: float = 0.1):
+    return diag(util_gpu_pct=util, sm_active_pct=sm, sm_occupancy_pct=0.1, tensor_active_pct=0.0,
+                fp32_active_pct=0.0, fp16_active_pct=0.0, dram_active_pct=2.0,
+                pcie_rx_bps=rx_gbps * 1e9, pcie_tx_bps=tx_gbps * 1e9)
+
+
+def test_pinned_copies_near_the_link_rate_are_transfer_bound_never_launch_bound():
+    d, _ = copies(45.0)                                   # FACTS.md: pinned H2D on H100, util 73%, SM 0%
+    assert d.cls == "transfer_bound"
+    assert any("copy engine" in e and "gen5 x16" in e for e in d.evidence)
+    assert "CUDA graphs" not in recs(d) and "DataLoader" not in recs(d)
+    assert "resident" in recs(d) or "keep the data on the GPU" in recs(d)
+    # already at ~70% of the raw rate, as pinned copies reach: no advice to pin what is pinned
+    assert "pinned" not in recs(d) and "only fewer bytes help" in recs(d)
+
+
+def test_slower_copies_get_pinned_memory_and_overlap_advice():
+    d, _ = copies(18.0)                                   # 29% of the link: pageable copies
+    assert d.cls == "transfer_bound" and "pinned" in recs(d)
+
+
+def test_pageable_copies_staged_by_the_host_are_transfer_bound_by_the_link_rate_while_busy():
+    # 10 GB/s on average (16% of gen5 x16) while the copy engine ran 40% of the time: 40% while busy
+    d, _ = copies(10.0, util=40.0)
+    assert d.cls == "transfer_bound" and any("staged" in e for e in d.evidence)
+    assert "CUDA graphs" not in recs(d) and "pinned" in recs(d)
+    # the launch-bound recording's figures (util 33%, SM 0.03%, PCIe 0.2 GB/s of launches) stay launch-bound
+    assert copies(0.21, sm=0.03, util=33.0, tx_gbps=0.025)[0].cls == "launch_bound"
+
+
+def test_little_pcie_traffic_is_not_transfer_bound_and_busy_sms_make_it_a_finding_only():
+    assert copies(2.0)[0].cls != "transfer_bound"
+    busy, _ = diag(util_gpu_pct=100.0, sm_active_pct=95.0, tensor_active_pct=85.0, dram_active_pct=25.0,
+                   pcie_rx_bps=30e9, pcie_tx_bps=1e8)
+    assert busy.cls == "compute_bound" and "host_copies" in [f["kind"] for f in busy.findings]
+    plain, _ = diag(util_gpu_pct=100.0, sm_active_pct=95.0, tensor_active_pct=85.0, dram_active_pct=25.0)
+    assert "host_copies" not in [f["kind"] for f in plain.findings]
+
+
+def test_a_gpu_whose_link_is_unknown_is_never_transfer_bound():
+    s = summary.node_summary(aggregates(ngpus=1, name="Mystery GPU 9000", **{**QUIET, "util_gpu_pct": 73.0,
+                                        "sm_active_pct": 0.2, "tensor_active_pct": 0.0, "dram_active_pct": 2.0,
+                                        "pcie_rx_bps": 45e9}), context())
+    assert s["diagnosis"]["class"] != "transfer_bound"
+
+
+def test_the_nodes_own_link_generation_and_width_win_over_the_models():
+    a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
+                               "dram_active_pct": 2.0, "pcie_rx_bps": 8e9})
+    s = summary.node_summary(a, context())
+    assert s["diagnosis"]["class"] != "transfer_bound"      # 13% of gen5 x16, 17% while the copy engine ran
+    for g in s["gpus"]:
+        g.update(pcie_gen=4, pcie_width=8)                  # a degraded link: 15.8 GB/s
+    d = diagnosis.diagnose(s)
+    assert d.cls == "transfer_bound" and any("gen4 x8, as linked" in e for e in d.evidence)
+
+
+def test_the_daemon_hands_the_summary_each_gpus_link_and_gpudirect_from_the_node_topology():
+    from types import SimpleNamespace as NS
+    from pathlib import Path
+    from gpuperf.daemon.deliver import node_links
+
+    root = Path(__file__).resolve().parents[1] / "data" / "nodes"
+    links = node_links(NS(general=NS(node_root=str(root / "h100-vm"))))
+    assert links == {"gpu_links": {"0": {"gen": 5, "width": 16}}, "gpudirect_rdma": False}
+    a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
+                               "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
+    s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=True))
+    assert s["gpus"][0]["pcie_gen"] == 4 and s["hosts"]["n1"]["gpudirect_rdma"] is True
+    d = s["diagnosis"]
+    assert d["class"] == "transfer_bound" and "GPUDirect RDMA" in " ".join(d["recommendations"])
+    # without GPUDirect on the node, no advice to use it
+    s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=False))
+    assert "GPUDirect" not in " ".join(s["diagnosis"]["recommendations"])
+
+
+def test_peer_copies_over_nvlink_with_idle_sms_are_transfers_and_collectives_stay_communication():
+    peer, _ = diag(ngpus=2, util_gpu_pct=80.0, sm_active_pct=0.3, tensor_active_pct=0.0, dram_active_pct=10.0,
+                   nvlink_tx_bps=150e9, nvlink_rx_bps=150e9)
+    assert peer.cls == "transfer_bound" and "peer" in recs(peer) and "NCCL" not in recs(peer)
+    # the 4x H200 all-reduce recording's figures: NCCL's kernels keep 12.6% of the SMs busy
+    coll, _ = diag(ngpus=2, util_gpu_pct=70.0, sm_active_pct=12.6, sm_occupancy_pct=3.3, tensor_active_pct=0.0,
+                   dram_active_pct=16.0, nvlink_tx_bps=235e9, nvlink_rx_bps=235e9)
+    assert coll.cls == "communication_bound"
+
+
+# -- stalls: SMs busy, no math pipe, little DRAM ----------------------------------------------------------
+
+def test_busy_sms_without_math_or_bandwidth_are_latency_bound_not_compute_bound():
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=92.0, sm_occupancy_pct=45.0, tensor_active_pct=0.0,
+                fp32_active_pct=3.0, fp16_active_pct=0.0, dram_active_pct=18.0)
+    assert d.cls == "latency_bound"
+    assert "Nsight Compute" in recs(d) and "coalesced" in recs(d)
+    assert not any(w in recs(d) for w in ("attention", "FlashAttention", "FP8", "TF32", "CUDA graphs"))
+
+
+def test_a_mix_of_math_and_memory_is_not_latency_bound():
+    # a training step's means (train_step recordings: tensor 26%, DRAM 45%)
+    d, _ = diag(util_gpu_pct=96.0, sm_active_pct=81.0, tensor_active_pct=26.0, fp32_active_pct=3.0,
+                dram_active_pct=45.0)
+    assert d.cls == "compute_bound" and d.recommendations[0].startswith("far from the math roof")
+
+
+ALL_SHAPES = {
+    "gemm": dict(tensor_active_pct=90.0), "membound": dict(tensor_active_pct=0.0, dram_active_pct=88.0),
+    "far": dict(tensor_active_pct=35.0, dram_active_pct=20.0),
+    "memfar": dict(tensor_active_pct=0.0, dram_active_pct=52.0),
+    "latency": dict(tensor_active_pct=0.0, dram_active_pct=15.0, fp32_active_pct=2.0),
+    "launch": dict(util_gpu_pct=40.0, sm_active_pct=0.5, tensor_active_pct=0.0, dram_active_pct=0.1),
+    "underfilled": dict(util_gpu_pct=95.0, sm_active_pct=0.8, tensor_active_pct=0.0, dram_active_pct=0.1),
+    "input": dict(util_gpu_pct=35.0, sm_active_pct=30.0, tensor_active_pct=20.0),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ALL_SHAPES))
+def test_no_attention_advice_without_attention_evidence(shape):
+    # nothing GPM or DCGM measures points at attention: no class may recommend attention kernels
+    d, _ = diag(**ALL_SHAPES[shape])
+    assert "attention" not in recs(d).lower()
+
+
+# -- kernels too small vs launch gaps ------------------------------------------------------------------
+
+def test_one_long_kernel_too_small_for_the_gpu_is_not_told_to_use_cuda_graphs():
+    d, _ = diag(**ALL_SHAPES["underfilled"])
+    assert d.cls == "underfilled" and "CUDA graphs would not help" in recs(d)
+    launch, _ = diag(**ALL_SHAPES["launch"])
+    assert launch.cls == "launch_bound" and "underfilled" != launch.cls
+
+
+# -- one story per job ----------------------------------------------------------------------------------
+
+def series(parts: list[tuple[int, dict]]) -> dict:
+    """One GPU's 1 s series made of stretches: (seconds, {field: value})."""
+    ser: dict = {"t": []}
+    fields = {k for _, vals in parts for k in vals}
+    for f in fields:
+        ser[f] = []
+    t = 1763700000.0
+    for n, vals in parts:
+        for _ in range(n):
+            ser["t"].append(t)
+            t += 1.0
+            for f in fields:
+                ser[f].append(vals.get(f))
+    return {"0": ser}
+
+
+IDLE = dict(util_gpu_pct=0.0, sm_active_pct=0.0, tensor_active_pct=0.0, dram_active_pct=0.0)
+GEMM = dict(util_gpu_pct=100.0, sm_active_pct=97.0, tensor_active_pct=90.0, dram_active_pct=25.0)
+MEM = dict(util_gpu_pct=100.0, sm_active_pct=98.0, tensor_active_pct=0.0, dram_active_pct=88.0)
+
+
+def test_startup_before_a_near_roof_gemm_is_a_phase_and_the_job_is_compute_bound():
+    # 40% start-up (imports, JIT, data load), then a GEMM: the job-wide means read input-bound
+    d, _ = diag(util_gpu_pct=55.0, sm_active_pct=54.0, tensor_active_pct=50.0, dram_active_pct=14.0,
+                series=series([(40, IDLE), (60, GEMM)]))
+    assert [p["class"] for p in d.phases] == ["startup", "compute_bound"]
+    assert d.phases[0]["share_pct"] == pytest.approx(40, abs=10)
+    assert d.cls == "compute_bound" and "DataLoader" not in recs(d)
+    assert any("longest working phase" in e for e in d.evidence)
+    # the estimate is the working phase's: the job-wide mean (50% tensor) over the 60% that worked
+    assert d.roofline["working_share_pct"] == pytest.approx(d.phases[1]["share_pct"])
+    assert d.roofline["compute_roof_pct"] == pytest.approx(50.0 * 100 / d.phases[1]["share_pct"], rel=0.05)
+
+
+def test_the_class_never_contradicts_the_phases():
+    # memory-bound for 83% of the time, a compute stretch the rest: means could read compute-bound
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=97.0, tensor_active_pct=31.0, dram_active_pct=40.0,
+                series=series([(17, GEMM), (83, MEM)]))
+    work = [p for p in d.phases if p["work"]]
+    assert d.cls == max(work, key=lambda p: p["share_pct"])["class"] == "memory_bound"
+
+
+def test_an_idle_tail_is_named_and_does_not_decide_the_class():
+    d, _ = diag(util_gpu_pct=60.0, sm_active_pct=58.0, tensor_active_pct=54.0, dram_active_pct=15.0,
+                series=series([(60, GEMM), (40, IDLE)]))
+    assert [p["class"] for p in d.phases] == ["compute_bound", "idle_tail"] and d.cls == "compute_bound"
+
+
+def test_phases_without_gpu_work_leave_the_class_to_the_job_wide_rules():
+    means = dict(util_gpu_pct=0.5, sm_active_pct=0.1, tensor_active_pct=0.0, dram_active_pct=0.0)
+    d, s = diag(**means, series=series([(20, dict(IDLE, util_gpu_pct=3.0)), (80, IDLE)]))
+    assert d.cls == diagnosis.diagnose(s).cls and not any(p["work"] for p in d.phases)
