@@ -117,7 +117,7 @@ class SlurmCluster:
         return env
 
     def _daemon_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env = _outside_env()
         env.update(self.env)
         env[MARKER] = str(self.dir)
         env["MYSQL_UNIX_PORT"] = str(self.layout.db_socket)
@@ -405,7 +405,7 @@ class SlurmCluster:
         else:
             exe = str(SLURM_BIN / tool)
         argv = [exe, *map(str, args)]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        env = _outside_env()
         env.update(self.env)
         if user and user != "root":
             argv = ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", *(f"{k}={v}" for k, v in self.env.items()),
@@ -612,6 +612,13 @@ class SlurmCluster:
                 "nodes": nodes, "slurm_conf": str(self.layout.slurm_conf),
                 "ports": {"slurmctld": self.layout.ctld_port, "slurmd": self.layout.slurmd_port,
                           "slurmdbd": self.layout.dbd_port}}
+
+
+def _outside_env() -> dict[str, str]:
+    """This process's environment as Slurm's daemons and jobs get it: no SLURM_* of an enclosing job, and
+    no PYTHONPATH of the test runner (hooks and jobs import the installed gpuperf, as on a real node; a
+    checkout on PYTHONPATH made every hook on the GPU machine compile gpuperf from source)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k != "PYTHONPATH"}
 
 
 def _parse_kv(text: str) -> dict[str, str]:
