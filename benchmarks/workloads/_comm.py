@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping
 from _common import report, window
 from _zoo import T_PROC, cli
 
-# never NVLink SHARP (it reserves GPU memory; the team's rule on shared machines)
-os.environ["NCCL_NVLS_ENABLE"] = "0"
+# never NVLink multicast (NVLS): on the lent machines it can put the host's shared GPUs out of service
+os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
 # NCCL over TCP between two processes of one host: the network path of a multi-node job
 SOCKET_PATH = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"}
 

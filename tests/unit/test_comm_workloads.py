@@ -134,3 +134,22 @@ def test_refuses_a_wrong_device_and_too_few_gpus(torch_py):
 
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NCCL_", "MASTER_"))}
+
+
+def test_zoo_rows_from_the_recorded_4x_h200_allreduce_against_the_nvlink_label(tmp_path):
+    """The rows' code on a real recording (tests/data/recordings/allreduce-h200.jsonl.gz: 256 MiB all-reduce,
+    4x H200): classed communication_bound as the NVLink workload's label says, its bus bandwidth read."""
+    import comm_zoo_rows as czr
+
+    rec = REPO / "tests" / "data" / "recordings" / "allreduce-h200.jsonl.gz"
+    r = czr.row(rec, czr.label_of("zoo_comm_allreduce_nvlink_bf16"))
+    assert r["class"] == "communication_bound" and r["ok"] and r["gpus"] == 4, r
+    assert r["achieved"] is None  # recorded before the workloads' own figures went into the header
+    # under another name, as record_workloads would write a zoo_comm recording, the CLI finds and tables it
+    (tmp_path / "zoo_comm_allreduce_nvlink_bf16-h200.jsonl.gz").write_bytes(rec.read_bytes())
+    assert czr.main([str(tmp_path), "--md", str(tmp_path / "rows.md")]) == 0
+    assert "| zoo_comm_allreduce_nvlink_bf16-h200.jsonl.gz | communication_bound | communication_bound |" in \
+        (tmp_path / "rows.md").read_text()
+    # a label the diagnosis does not meet is named WRONG and fails the run
+    assert czr.row(rec, dict(czr.label_of("zoo_comm_p2p_copy")))["ok"] is False
+    assert czr.main([str(tmp_path / "none")]) == 2
