@@ -33,7 +33,7 @@ MIN_SIZE, MAX_SIZE = 8 << 10, 256 << 20
 
 def tune_argv(out: Path, rounds: int, budget: float, repeats: int) -> list[str]:
     """The ``gpuperf tune`` command this runner measures with."""
-    return [sys.executable, "-m", "gpuperf.cli", "tune", "--out", str(out), "--transport", "socket",
+    return [sys.executable, "-m", "gpuperf", "tune", "--out", str(out), "--transport", "socket",
             "--timing", "queued", "--min-size", str(MIN_SIZE), "--max-size", str(MAX_SIZE), "--nproc", "2",
             "--rounds", str(rounds), "--repeats", str(repeats), "--budget", str(budget)]
 
