@@ -153,6 +153,32 @@ def set_mode(c, bench: Path, on: bool, saved_plugstack: str, spank_text: str, pr
     return procs
 
 
+def gpu_processes(c, job: int, seconds: float) -> list[dict]:
+    """While the job runs: the processes NVML shows on the GPUs, their command and environment names
+    (what a profiler leaves there: the daemon reads the same /proc files)."""
+    seen: dict[int, dict] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and c.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"):
+        p = c.run("gpuperf", "top", "--json")
+        for g in (json.loads(p.stdout).get("gpus", []) if p.returncode == 0 else []):
+            for proc in g.get("processes") or []:
+                pid = proc.get("pid")
+                if isinstance(pid, int) and pid not in seen:
+                    try:
+                        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    except OSError:
+                        continue
+                    names = sorted({e.split(b"=", 1)[0].decode(errors="replace") for e in env if b"=" in e})
+                    seen[pid] = {"pid": pid, "cmd": cmd[:300],
+                                 "env": {n: v.decode(errors="replace")[:200] for n, v in
+                                         (e.split(b"=", 1) for e in env if b"=" in e)
+                                         if any(k in n.decode(errors="replace") for k in ("INJECTION", "NV_", "NSIGHT", "PRELOAD", "CUPTI", "TPS"))},
+                                 "env_names": names}
+        time.sleep(1)
+    return list(seen.values())
+
+
 def ncu_job(c, seconds: float) -> dict:
     """A job that profiles its own GEMM with Nsight Compute while the daemon samples its GPU."""
     ncu = shutil.which("ncu") or next(iter(sorted(Path("/opt/nvidia").glob("nsight-compute/*/ncu"))), None) \
@@ -163,13 +189,15 @@ def ncu_job(c, seconds: float) -> dict:
     script = (f"{ncu} --metrics {metrics} --launch-count 100000 --csv --log-file {c.layout.out_dir}/ncu-$SLURM_JOB_ID.csv "
               f"{c.torch_python} {c.workloads}/gemm_bf16.py --seconds {seconds}\necho ncu exit $?\n")
     job = c.sbatch(script, "--gres=gpu:1", "-c4", "--job-name=gp-ncu", user=c.user)
+    procs = gpu_processes(c, job, seconds + 120)
     state = c.wait(job, timeout=seconds + 300)
     c.wait_sacct(job, state=state, fields=("JobID", "AdminComment%200"), timeout=60)
     rep = c.run("gpuperf", "report", job, user=c.user)
     js = c.run("gpuperf", "report", job, "--json", user=c.user)
     agg_path = c.run_dir / "jobs" / str(job) / "aggregates.json"
     daemon_log = (c.dir / "log" / "daemon.log").read_text(errors="replace")
-    return {"job": job, "state": state, "output": c.job_output(job)[-1500:], "report": rep.stdout[-4000:],
+    return {"job": job, "state": state, "gpu_processes": procs, "output": c.job_output(job)[-1500:],
+            "report": rep.stdout[-4000:],
             "report_rc": rep.returncode, "summary": json.loads(js.stdout) if js.returncode == 0 else js.stderr[-1000:],
             "aggregates": json.loads(agg_path.read_text()) if agg_path.exists() else None,
             "daemon_log_tail": daemon_log[-3000:]}

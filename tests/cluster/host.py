@@ -157,9 +157,8 @@ def plugin_dir(prefix: Path = SLURM_PREFIX) -> str:
 
 
 def ensure_prefix(prefix: Path = SLURM_PREFIX, debs: str = SLURM_DEBS) -> bool:
-    """Prefix mode: ``dpkg -x`` every .deb of ``debs`` into ``prefix`` once, name the daemons as Slurm
-    calls them, and link /usr/sbin/slurmstepd there when the machine has none (``remove_stepd_link``
-    takes it away). True when something was unpacked."""
+    """Prefix mode: ``dpkg -x`` every .deb of ``debs`` into ``prefix`` once and name the daemons as Slurm
+    calls them. True when something was unpacked."""
     with locked(GLOBAL_LOCK):
         unpacked = False
         if not (prefix / "usr/sbin/slurmd-wlm").exists():
@@ -174,13 +173,18 @@ def ensure_prefix(prefix: Path = SLURM_PREFIX, debs: str = SLURM_DEBS) -> bool:
             link = prefix / "usr/sbin" / name
             if not link.exists():
                 link.symlink_to(f"{name}-wlm")
-        if not os.path.lexists(STEPD_LINK):
-            STEPD_LINK.symlink_to(prefix / "usr/sbin/slurmstepd-wlm")
         return unpacked
 
 
+def ensure_stepd_link(prefix: Path = SLURM_PREFIX) -> None:
+    """Prefix mode: link /usr/sbin/slurmstepd to the prefix's when the machine has none (slurmd runs it
+    from its built-in path); ``remove_stepd_link`` takes it away."""
+    if PREFIX_MODE and not os.path.lexists(STEPD_LINK):
+        STEPD_LINK.symlink_to(prefix / "usr/sbin/slurmstepd-wlm")
+
+
 def remove_stepd_link(prefix: Path = SLURM_PREFIX) -> None:
-    """Take away the /usr/sbin/slurmstepd link ``ensure_prefix`` made (never one it did not make)."""
+    """Take away the /usr/sbin/slurmstepd link ``ensure_stepd_link`` made (never one it did not make)."""
     if PREFIX_MODE and STEPD_LINK.is_symlink() and os.readlink(STEPD_LINK) == str(prefix / "usr/sbin/slurmstepd-wlm"):
         STEPD_LINK.unlink()
 

@@ -28,14 +28,14 @@ from typing import Any, Iterable, Sequence
 try:
     from . import slurmconf as sc
     from .host import (BIN, MARKER, PREFIX_MODE, SBIN, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1,
-                       cgroup_v2, enable_cgroup_v2, ensure_munge, ensure_packages, ensure_user, lib_dirs, locked,
-                       marked, owned, plugin_dir, read_pid, remove_stepd_link, sh, terminate, timed, wait_for,
-                       write_file)
+                       cgroup_v2, enable_cgroup_v2, ensure_munge, ensure_packages, ensure_stepd_link, ensure_user,
+                       lib_dirs, locked, marked, owned, plugin_dir, read_pid, remove_stepd_link, sh, terminate, timed,
+                       wait_for, write_file)
 except ImportError:  # run as a script: python tests/cluster/slurmcluster.py
     import slurmconf as sc  # type: ignore[no-redef]
     from host import (BIN, MARKER, PREFIX_MODE, SBIN, TEST_USER, ClusterError, can_run,  # type: ignore
                       can_run_multi, cgroup_v1, cgroup_v2, enable_cgroup_v2, ensure_munge, ensure_packages,
-                      ensure_user, lib_dirs, locked, marked, owned, plugin_dir, read_pid, remove_stepd_link, sh,
+                      ensure_stepd_link, ensure_user, lib_dirs, locked, marked, owned, plugin_dir, read_pid, remove_stepd_link, sh,
                       terminate, timed, wait_for, write_file)
 
 __all__ = ["ClusterError", "SlurmCluster", "TERMINAL", "can_run", "can_run_multi"]
@@ -176,8 +176,9 @@ class SlurmCluster:
         if self.layout.cgroup_v2:
             t["cgroup_changes"] = len(enable_cgroup_v2())
         if any(self.daemons().values()) and self._stale():
-            self._down(purge=False, timeout=15)
+            self._down(purge=False, timeout=15, restart=True)
         self._write_files()
+        ensure_stepd_link()  # after the stale instance's down, which takes it away
         self._network_up()
         t["files_s"] = time.monotonic() - t0
         running = self.daemons()
@@ -367,7 +368,7 @@ class SlurmCluster:
         with locked(self._lock_path()):
             return self._down(purge, timeout)
 
-    def _down(self, purge: bool, timeout: float) -> float:
+    def _down(self, purge: bool, timeout: float, restart: bool = False) -> float:
         t0 = time.monotonic()
         running = self.daemons()
         if running.get("slurmctld"):
@@ -385,7 +386,8 @@ class SlurmCluster:
         # what is left with our marker is a slurmstepd of ours (it ignores SIGTERM)
         terminate(marked(str(self.dir)), str(self.dir), 0, sig=signal.SIGKILL)
         self._network_down()
-        remove_stepd_link()
+        if not restart:
+            remove_stepd_link()
         if purge and self.dir.is_dir():
             sh(["rm", "-rf", "--one-file-system", str(self.dir)], check=False)
         self.timings["down_s"] = time.monotonic() - t0

@@ -293,6 +293,7 @@ def slurmdbd_conf(l: Layout) -> str:
         "StorageUser=root",
         "StorageLoc=slurm_acct_db",
         "DebugLevel=info",
+        *([f"PluginDir={l.plugin_dir}"] if l.plugin_dir else []),
     ]) + "\n"
 
 

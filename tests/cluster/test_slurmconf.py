@@ -144,6 +144,8 @@ def test_real_gpus_give_one_gres_line_per_device_and_cgroup_v2_without_systemd()
     assert gres[1:] == ["NodeName=gpun1 Name=gpu File=/dev/nvidia0", "NodeName=gpun1 Name=gpu File=/dev/nvidia2"]
     conf = sc.slurm_conf(l)
     assert "PluginDir=/p/usr/lib/x86_64-linux-gnu/slurm-wlm\n" in conf and "Gres=gpu:2 " in conf
+    # slurmdbd loads its plugins (auth/munge, accounting_storage/mysql) from there too
+    assert "PluginDir=/p/usr/lib/x86_64-linux-gnu/slurm-wlm\n" in sc.slurmdbd_conf(l)
     assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup,task/affinity" in conf
     assert "SocketsPerBoard=1 CoresPerSocket=16" in conf  # the real node's one NUMA node, not the fake two sockets
     cg = sc.cgroup_conf(l)
