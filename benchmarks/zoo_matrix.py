@@ -46,11 +46,12 @@ WORKLOADS = os.path.join(HERE, "workloads")
 # advice categories a LABEL can name as contradicting it -> what a recommendation of that kind says
 CONTRADICTS: dict[str, str] = {
     "fp8": r"\bFP8\b|Transformer Engine",
-    "bf16": r"\bbf16\b|bfloat16|\bfp16\b|half precision|mixed precision|autocast|lower precision",
+    # recommending bf16/fp16 (not naming it as a condition, "if the job computes in bf16")
+    "bf16": r"lower precision|mixed precision|autocast|half precision|(use|to|switch to|in) (bf16|fp16|bfloat16)\b(?! or)(?!/fp16, not)",
     "tf32": r"\bTF32\b",
     "attention": r"attention",
     "dataloader": r"DataLoader|num_workers|feed the GPU faster",
-    "cuda_graphs": r"CUDA graph|reduce-overhead",
+    "cuda_graphs": r"CUDA graphs?\b(?! would not help)|reduce-overhead",
     "torch_compile": r"torch\.compile",
     "math_roof": r"math roof|less math per result|fewer FLOPs|tensor cores do this math",
     "fewer_bytes": r"fewer bytes|DRAM round trips|intermediates stay on chip",
