@@ -1,11 +1,12 @@
 """The node daemon: one thread samples and serves; helper threads run health checks, deliveries and /metrics.
 
-Channels (both pyzmq REP over IPC; the daemon reads the caller's uid from libzmq's ``Peer-Address``
-property, which libzmq fills from ``SO_PEERCRED`` on Unix sockets as ``host:uid:gid:pid``):
+Channels (the caller's uid from ``SO_PEERCRED``: on the pyzmq control socket through libzmq's
+``Peer-Address`` property, ``host:uid:gid:pid``):
 
 - ``<socket_dir>/control.sock``, directory 0700 root: every op. Only root can even connect; the
   peer uid is checked as well (root or SlurmUser).
-- ``<user_socket_dir>/user.sock``, directory 0755, socket 0666: read ops for anyone, answered for the
+- ``<user_socket_dir>/user.sock`` (``usersock``: a plain stream socket, every buffer bounded), directory
+  0755, socket 0666: read ops for anyone, answered for the
   caller's own jobs only (admins, ``general.admin_users``, see all); write ops (register, finalize)
   only from root or SlurmUser. A caller whose uid cannot be read gets nothing but ``ping``.
 - ``<socket_dir>/hook.sock`` (``hooksock``): the control socket's protocol and rules over a plain

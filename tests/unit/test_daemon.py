@@ -361,7 +361,7 @@ def _free_port():
 
 def test_metrics_gpu_labels_and_one_info_series(base):
     port = _free_port()
-    cfg = make_cfg(base, metrics_port=port, metrics_address="127.0.0.1")
+    cfg = make_cfg(base, metrics_port=port, metrics_address="127.0.0.1", metrics_job_labels=True)
     with Running(cfg, ScriptSampler(n=2, power_w=250.0), metrics=True) as r:
         assert r.call("register", {"job_id": 80, "uid": 0, "user": "alice", "gpus": [1]})["ok"]
         wait_for(lambda: r.d.stats["sweeps"] > 2)
