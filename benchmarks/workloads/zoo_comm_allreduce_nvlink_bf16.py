@@ -4,7 +4,7 @@ from _comm import comm_cli, run, timed_comm
 
 LABEL = {"class": "communication_bound", "dtype": "bf16", "kind": "allreduce_nvlink", "framework": "torch",
          "rate": "busbw_gbps", "gpus": 2, "exact": True,
-         "contradicts": ["cuda_graphs", "tf32", "fp8", "math_roof", "attention", "dataloader", "transfer_bound"],
+         "contradicts": ["cuda_graphs", "tf32", "fp8", "math_roof", "attention", "dataloader"],
          "what": "a bf16 all-reduce loop on 2 GPUs: NCCL's kernels hold a few SMs while NVLink carries the bytes"}
 
 

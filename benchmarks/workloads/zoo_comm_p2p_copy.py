@@ -9,8 +9,7 @@ from _zoo import T_PROC, cli
 
 LABEL = {"class": "transfer_bound", "dtype": "none", "kind": "transfer_p2p", "framework": "torch",
          "rate": "p2p_gbps", "gpus": 2, "exact": True,
-         "contradicts": ["cuda_graphs", "tf32", "fp8", "bf16", "attention", "math_roof", "dataloader",
-                         "communication_bound"],
+         "contradicts": ["cuda_graphs", "tf32", "fp8", "bf16", "attention", "math_roof", "dataloader", "torch_compile"],
          "what": "device to device copies between peers: NVLink near its rate on the copy engines, SMs idle"}
 
 

@@ -72,9 +72,33 @@ def test_label_in_the_zoos_convention_and_its_rate_is_reported(name):
     label = _label(name)
     assert label["class"] in CLASSES and label["gpus"] == 2
     assert {"dtype", "kind", "framework", "rate", "contradicts", "what"} <= set(label)
-    assert label["class"] not in label["contradicts"]
+    assert label["contradicts"] and set(label["contradicts"]) <= set(_zoo_matrix().CONTRADICTS), label["contradicts"]
     src = (WL / f"{name}.py").read_text() + (WL / "_comm.py").read_text()
     assert f"{label['rate']}=" in src or f'"{label["rate"]}"' in src, label["rate"]
+
+
+def _zoo_matrix():
+    import zoo_matrix
+
+    return zoo_matrix
+
+
+def test_the_zoo_matrix_reads_the_comm_labels_and_diagnoses_them_on_their_two_gpus(tmp_path):
+    """zoo_matrix.py (issue 30) takes the 2-GPU workloads into the confusion matrix: a recording named as
+    record_workloads would name it is replayed on the LABEL's 2 GPUs (here the recorded 2x H200 socket run)."""
+    zm = _zoo_matrix()
+    labels = zm.labels()
+    assert {n for n in labels if labels[n].get("gpus") == 2} == set(COMM)
+    rec = REPO / "tests" / "data" / "recordings" / "allreduce_sockets-h200.jsonl.gz"
+    copy = tmp_path / "zoo_comm_allreduce_sockets_fp32-h200.jsonl.gz"
+    copy.write_bytes(rec.read_bytes())
+    from record_workloads import add_to_header
+
+    add_to_header(copy, {"workload": "zoo_comm_allreduce_sockets_fp32"})  # as record_workloads names it
+    rows = zm.run(str(tmp_path))
+    assert [r["workload"] for r in rows] == ["zoo_comm_allreduce_sockets_fp32"]
+    assert rows[0]["class"] == "communication_bound" == rows[0]["label"], rows[0]
+    assert rows[0]["achieved"] == pytest.approx(4.1) and rows[0]["estimate"] is None  # its own bus bandwidth
 
 
 def _torch_python() -> str | None:
