@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-from _common import report, window
+from _common import window
 from _zoo import T_PROC, cli
 
 # never NVLink multicast (NVLS): on the lent machines it can put the host's shared GPUs out of service
@@ -72,6 +72,12 @@ def cpus_allowed() -> str:
         return "none"
 
 
+def say(name: str, **figures: object) -> None:
+    """``_common.report``'s line in one write(2): the ranks share a pipe, and print() may write the text and
+    its newline apart, so two ranks' lines would run together."""
+    os.write(1, (f"{name}: " + " ".join(f"{k}={v}" for k, v in figures.items()) + "\n").encode())
+
+
 def rank_line(rank: int, device: str) -> dict[str, object]:
     """What a rank says about itself: pid, CPU mask, CUDA_VISIBLE_DEVICES, device, the NCCL variables it has."""
     nccl = ",".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_") and v and " " not in v)
@@ -102,7 +108,7 @@ class Ctx:
         dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=init_method,
                                 rank=rank, world_size=world)
         dev = f"cuda:{self.device.index}" if device == "cuda" else "cpu"
-        report(f"rank{rank}", **rank_line(rank, dev))
+        say(f"rank{rank}", **rank_line(rank, dev))
 
     def sync(self, _: Any = None) -> None:
         """Wait for this rank's device."""
@@ -140,7 +146,7 @@ def timed_comm(ctx: Ctx, name: str, seconds: float, step: Callable[[], Any], *, 
     if flops:
         figs["tflops"] = float(f"{flops * n / dt / 1e12:.4g}")
     if ctx.rank == 0:
-        report(name, **figs)
+        say(name, **figs)
     return figs
 
 
