@@ -41,10 +41,11 @@ def physical_gpu(rank: Mapping[str, str], job_gpus: list[int]) -> int | None:
 
 
 def rank_problems(ranks: Mapping[int, Mapping[str, str]], world: int, job_gpus: list[int], plan: aff.ParsedPlan,
-                  exported: Iterable[tuple[str, str]]) -> list[str]:
+                  exported: Iterable[tuple[str, str]], on_gpu: bool = True) -> list[str]:
     """Each rank: present, on its own GPU (the plan's, else the job's r-th), CUDA_VISIBLE_DEVICES the job's
     GPUs, its CPU mask the plan's (or Slurm's where the plan is a no-op), every NCCL variable the TaskProlog
-    exported present with its value."""
+    exported present with its value. ``on_gpu=False``: ranks that ran on the CPU (gloo, the fake-GPU
+    cluster), whose GPU is not checked."""
     bad: list[str] = []
     if sorted(ranks) != list(range(world)):
         return [f"ranks {sorted(ranks)} reported, want 0..{world - 1}"]
@@ -59,7 +60,7 @@ def rank_problems(ranks: Mapping[int, Mapping[str, str]], world: int, job_gpus: 
         used.append(got_gpu)
         if kv.get("cvd") not in allowed:
             bad.append(f"rank {r}: CUDA_VISIBLE_DEVICES={kv.get('cvd')}, want the job's GPUs ({' or '.join(sorted(allowed))})")
-        if got_gpu != want_gpu:
+        if on_gpu and got_gpu != want_gpu:
             bad.append(f"rank {r}: computed on GPU {got_gpu}, the plan gives it GPU {want_gpu}")
         try:
             cpus = aff.parse_cpu_list(kv.get("cpus", ""))
@@ -74,7 +75,7 @@ def rank_problems(ranks: Mapping[int, Mapping[str, str]], world: int, job_gpus: 
         for n, v in nccl_want.items():
             if have.get(n) != v:
                 bad.append(f"rank {r}: {n}={have.get(n)}, the TaskProlog exported {v}")
-    if len(set(used)) != world:
+    if on_gpu and len(set(used)) != world:
         bad.append(f"ranks share a GPU: {used}")
     return bad
 

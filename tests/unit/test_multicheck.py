@@ -110,3 +110,15 @@ def test_overlap_and_unused_gpu_flag():
     assert mc.unused_gpu_flagged({"diagnosis": {"class": "compute_bound", "findings": [{"id": "unused_gpus"}]}})
     assert not mc.unused_gpu_flagged({"diagnosis": {"class": "compute_bound", "findings": [{"id": "tf32"}]}})
     assert not mc.unused_gpu_flagged({})
+
+
+def test_ranks_on_the_cpu_skip_the_gpu_check_only():
+    topo = load_node(str(TWO_SOCKET), health=False).topology
+    cpus = tuple(sorted(c for n in topo["numa_nodes"] for c in n["cpus"]))
+    plan = _plan((0, 1), cpus)
+    r0, r1 = (aff.format_cpu_list(plan.ranks[(2, r)].cpus) for r in (0, 1))
+    ranks = mc.parse_ranks(_line(0, r0, device="cpu") + "\n" + _line(1, r1, device="cpu"))
+    assert mc.rank_problems(ranks, 2, [0, 1], plan, EXPORTED, on_gpu=False) == []
+    assert any("computed on GPU None" in p for p in mc.rank_problems(ranks, 2, [0, 1], plan, EXPORTED))
+    ranks[1]["cpus"] = r0
+    assert mc.rank_problems(ranks, 2, [0, 1], plan, EXPORTED, on_gpu=False)[0].startswith("rank 1: CPU mask")
