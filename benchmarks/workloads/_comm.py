@@ -79,10 +79,12 @@ def say(name: str, **figures: object) -> None:
 
 
 def rank_line(rank: int, device: str) -> dict[str, object]:
-    """What a rank says about itself: pid, CPU mask, CUDA_VISIBLE_DEVICES, device, the NCCL variables it has."""
+    """What a rank says about itself: pid, CPU mask, CUDA_VISIBLE_DEVICES, device, the NCCL variables it has and
+    PyTorch's allocator setting (both among what gpuperf's TaskProlog injects)."""
     nccl = ",".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_") and v and " " not in v)
     return {"pid": os.getpid(), "cpus": cpus_allowed(), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES") or "none",
-            "device": device, "omp": os.environ.get("OMP_NUM_THREADS") or "none", "nccl": nccl or "none"}
+            "device": device, "omp": os.environ.get("OMP_NUM_THREADS") or "none",
+            "alloc": (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "none").replace(" ", ""), "nccl": nccl or "none"}
 
 
 def busbw(coll: str, nbytes: int, seconds_per_op: float, world: int) -> float:

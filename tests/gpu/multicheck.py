@@ -44,7 +44,7 @@ def rank_problems(ranks: Mapping[int, Mapping[str, str]], world: int, job_gpus: 
                   exported: Iterable[tuple[str, str]], on_gpu: bool = True) -> list[str]:
     """Each rank: present, on its own GPU (the plan's, else the job's r-th), CUDA_VISIBLE_DEVICES the job's
     GPUs, its CPU mask the plan's (or Slurm's where the plan is a no-op), every NCCL variable the TaskProlog
-    exported present with its value. ``on_gpu=False``: ranks that ran on the CPU (gloo, the fake-GPU
+    exported, and its PYTORCH_CUDA_ALLOC_CONF where the rank says it, present with its value. ``on_gpu=False``: ranks that ran on the CPU (gloo, the fake-GPU
     cluster), whose GPU is not checked."""
     bad: list[str] = []
     if sorted(ranks) != list(range(world)):
@@ -75,13 +75,17 @@ def rank_problems(ranks: Mapping[int, Mapping[str, str]], world: int, job_gpus: 
         for n, v in nccl_want.items():
             if have.get(n) != v:
                 bad.append(f"rank {r}: {n}={have.get(n)}, the TaskProlog exported {v}")
+        alloc = dict(exported).get("PYTORCH_CUDA_ALLOC_CONF")
+        if alloc is not None and "alloc" in kv and kv["alloc"] != alloc.replace(" ", ""):
+            bad.append(f"rank {r}: PYTORCH_CUDA_ALLOC_CONF={kv['alloc']}, the TaskProlog exported {alloc}")
     if on_gpu and len(set(used)) != world:
         bad.append(f"ranks share a GPU: {used}")
     return bad
 
 
 def planned_masks_disjoint(plan: aff.ParsedPlan, world: int) -> list[str]:
-    """Where the plan pins ranks, no two ranks share a CPU (a rank per GPU, each with its own cores)."""
+    """Where the plan pins ranks, no two ranks share a CPU (a rank per GPU, each with its own cores): holds
+    where each GPU's NUMA node has at least as many of the job's cores as ranks (the plan shares them otherwise)."""
     seen: dict[int, int] = {}
     bad = []
     for r in range(world):

@@ -122,3 +122,11 @@ def test_ranks_on_the_cpu_skip_the_gpu_check_only():
     assert any("computed on GPU None" in p for p in mc.rank_problems(ranks, 2, [0, 1], plan, EXPORTED))
     ranks[1]["cpus"] = r0
     assert mc.rank_problems(ranks, 2, [0, 1], plan, EXPORTED, on_gpu=False)[0].startswith("rank 1: CPU mask")
+
+
+def test_the_allocator_setting_the_taskprolog_exported_is_checked_where_the_rank_says_it():
+    plan = _plan((0, 1), (0, 1, 2, 3), REPO / "tests" / "data" / "nodes" / "h100-vm")
+    exported = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]
+    ranks = mc.parse_ranks(_line(0, "0-3") + " alloc=expandable_segments:True\n" + _line(1, "0-3") + " alloc=none")
+    assert mc.rank_problems(ranks, 2, [0, 1], plan, exported) == \
+        ["rank 1: PYTORCH_CUDA_ALLOC_CONF=none, the TaskProlog exported expandable_segments:True"]
