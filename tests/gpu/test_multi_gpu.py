@@ -46,6 +46,15 @@ def _uuid_index() -> dict[str, int]:
     return {u.strip(): int(i) for i, u in (l.split(",") for l in p.stdout.splitlines() if "," in l)}
 
 
+def _probe(pid: int) -> bool:
+    """gpuperf's own idle-time fleet probe (conftest turns it on), which ends when a job registers: no job's."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"probe_script" in f.read()
+    except OSError:
+        return False
+
+
 def watch(c, jobs: list[int], timeout: float) -> list[dict]:
     """While any of ``jobs`` is active: each GPU process (nvidia-smi's compute apps) once per (pid, GPU), with
     the job gpuperf's Attributor (the daemon's code) gives it and the job its environment names."""
@@ -58,7 +67,7 @@ def watch(c, jobs: list[int], timeout: float) -> list[dict]:
                            capture_output=True, text=True, timeout=60)
         for line in p.stdout.splitlines():
             pid, _, uuid = (x.strip() for x in line.partition(","))
-            if pid.isdigit() and (int(pid), uuid) not in seen and uuid in uuids:
+            if pid.isdigit() and (int(pid), uuid) not in seen and uuid in uuids and not _probe(int(pid)):
                 seen[(int(pid), uuid)] = {"pid": int(pid), "gpu": uuids[uuid], "job": attr.job_of(int(pid))}
         time.sleep(0.5)
     return list(seen.values())
