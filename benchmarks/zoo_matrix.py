@@ -32,8 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from gpuperf.diagnosis import phases, roofline  # noqa: E402
-from gpuperf.model import summary  # noqa: E402
+from gpuperf.diagnosis import jobsummary, phases, roofline  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 
 # per-GPU activity shown over each workload's timed work (activity.md): which pipe and tensor kind it used
@@ -74,7 +73,7 @@ def _diagnosis(path: str, window: tuple[float, float]) -> tuple[dict[str, Any], 
     with tempfile.TemporaryDirectory() as d:
         trimmed = fromrecording.trimmed(path, os.path.join(d, "w.jsonl"), window)
         aggs, series = fromrecording.replay_job(trimmed, job_id=7, node="rec", gpus=1, with_series=True)
-    s = summary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
+    s = jobsummary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
     return s, s["diagnosis"]
 
 
