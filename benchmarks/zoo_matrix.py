@@ -32,8 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from gpuperf.diagnosis import phases, roofline  # noqa: E402
-from gpuperf.model import summary  # noqa: E402
+from gpuperf.diagnosis import jobsummary, phases, roofline  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 
 # per-GPU activity shown over each workload's timed work (activity.md): which pipe and tensor kind it used
@@ -46,11 +45,12 @@ WORKLOADS = os.path.join(HERE, "workloads")
 # advice categories a LABEL can name as contradicting it -> what a recommendation of that kind says
 CONTRADICTS: dict[str, str] = {
     "fp8": r"\bFP8\b|Transformer Engine",
-    "bf16": r"\bbf16\b|bfloat16|\bfp16\b|half precision|mixed precision|autocast|lower precision",
+    # recommending bf16/fp16 (not naming it as a condition, "if the job computes in bf16")
+    "bf16": r"lower precision|mixed precision|autocast|half precision|(use|to|switch to|in) (bf16|fp16|bfloat16)\b(?! or)(?!/fp16, not)",
     "tf32": r"\bTF32\b",
     "attention": r"attention",
     "dataloader": r"DataLoader|num_workers|feed the GPU faster",
-    "cuda_graphs": r"CUDA graph|reduce-overhead",
+    "cuda_graphs": r"CUDA graphs?\b(?! would not help)|reduce-overhead",
     "torch_compile": r"torch\.compile",
     "math_roof": r"math roof|less math per result|fewer FLOPs|tensor cores do this math",
     "fewer_bytes": r"fewer bytes|DRAM round trips|intermediates stay on chip",
@@ -73,7 +73,7 @@ def _diagnosis(path: str, window: tuple[float, float]) -> tuple[dict[str, Any], 
     with tempfile.TemporaryDirectory() as d:
         trimmed = fromrecording.trimmed(path, os.path.join(d, "w.jsonl"), window)
         aggs, series = fromrecording.replay_job(trimmed, job_id=7, node="rec", gpus=1, with_series=True)
-    s = summary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
+    s = jobsummary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
     return s, s["diagnosis"]
 
 
