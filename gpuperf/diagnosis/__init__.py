@@ -94,6 +94,7 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         if line and line not in d.evidence:
             d.evidence.append(line)
     d.recommendations = advice.recommend(d.cls, s, spec, d.roofline, d.findings, d.imbalanced and not unused, th)
+    d.notes += advice.notes(d.busy_class or d.cls, s, spec, d.roofline, th)
     if unused:
         more = advice.recommend(cls, s, spec, d.roofline, d.findings, False, th)
         d.recommendations = (d.recommendations[:1] + [r for r in more if r not in d.recommendations[:1]])[:3]
@@ -161,9 +162,6 @@ def _confidence(cls: str, s: Signals) -> str:
 
 def _notes(s: Signals, summary: dict, th: dict[str, float], cls: str, roof: dict[str, Any] | None = None) -> list[str]:
     notes = []
-    if roof is not None and not roof.get("by_kind") and (s.tensor or 0.0) >= th["tensor_unused_pct"]:
-        notes.append("tensor activity by kind not measured here: tensor work priced at bf16 (FP64 tensor work would "
-                     "read up to 15x high, FP8 2x low)")
     if s.util is not None and s.sm is not None and s.util >= 90 and s.sm < 50:
         notes.append(f"NVML utilization {pct(s.util)} but SM active {pct(s.sm)}: 'utilization' only says a "
                      "kernel was running, not how much of the GPU it used")

@@ -49,8 +49,9 @@ def test_hmma_work_is_priced_at_bf16_with_its_tf32_fp8_bracket_and_fp8_advice_is
     est = d.roofline["tflops"]
     assert est == pytest.approx(0.9 * H100.tensor_bf16_tflops, rel=0.03)
     assert d.roofline["bracket"] == [pytest.approx(est / 2, rel=0.01), pytest.approx(est * 2, rel=0.01)]
-    fp8 = next(r for r in d.recommendations if "FP8" in r)
-    assert fp8.startswith("if the job computes in bf16/fp16, not FP8")
+    # the datatype of HMMA work is not in evidence: no precision recommended, the note says what FP8 would give
+    assert not any(w in recs(d) for w in ("FP8", "bf16", "TF32")) and "Nsight Systems" in recs(d)
+    assert any(n.startswith("if the tensor work is bf16/fp16, not yet FP8") for n in d.notes)
     assert any("as TF32" in e and "as FP8" in e for e in d.evidence)
 
 
@@ -65,8 +66,8 @@ def test_int8_tensor_work_is_priced_in_tops_and_gets_no_fp8_advice():
 def test_without_per_kind_metrics_the_report_says_so_and_keeps_the_bf16_fallback():
     d, _ = diag(util_gpu_pct=100.0, sm_active_pct=96.0, tensor_active_pct=90.0, dram_active_pct=25.0)
     assert d.roofline["kind"] == "tensor" and not d.roofline["by_kind"]
-    assert any("not measured" in n and "15x" in n for n in d.notes)
-    assert any("tensor kind was not measured" in r for r in d.recommendations if "FP8" in r)
+    assert any("tensor kind not measured" in n and "15x" in n for n in d.notes)
+    assert any("FP8" in n for n in d.notes) and "FP8" not in recs(d)
 
 
 def test_memory_bound_fp64_work_is_not_told_to_use_bf16_or_fp8_and_other_memory_bound_work_is():
@@ -74,9 +75,14 @@ def test_memory_bound_fp64_work_is_not_told_to_use_bf16_or_fp8_and_other_memory_
                    fp64_active_pct=4.0, fp32_active_pct=0.0, dram_active_pct=90.0)
     assert fp64.cls == "memory_bound" and "FP32 storage" in recs(fp64)
     assert not any(w in recs(fp64) for w in ("bf16", "FP8", "TF32"))
-    bf16, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
-                   fp64_active_pct=0.0, dram_active_pct=90.0)
-    assert "bf16/FP8" in recs(bf16)
+    half, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                   fp64_active_pct=0.0, fp16_active_pct=3.0, dram_active_pct=90.0)
+    assert "8-bit storage for 16-bit data" in recs(half)
+    # no datatype in evidence (an FP32 or FP64 stream with next to no math): none is named
+    plain, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                    fp64_active_pct=0.0, fp16_active_pct=0.0, fp32_active_pct=0.5, dram_active_pct=90.0)
+    assert "narrower storage datatype" in recs(plain)
+    assert not any(w in recs(plain) for w in ("bf16", "FP8", "TF32", "FP32 storage"))
 
 
 # -- TF32 only where FP32 math at high intensity is in evidence ----------------------------------------
