@@ -218,6 +218,23 @@ def test_busy_sms_without_math_or_bandwidth_are_latency_bound_not_compute_bound(
     assert not any(w in recs(d) for w in ("attention", "FlashAttention", "FP8", "TF32", "CUDA graphs"))
 
 
+def test_the_integer_pipe_of_a_streaming_kernel_is_its_address_arithmetic_not_a_compute_bound():
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=90.0, tensor_active_pct=1.0,
+                fp32_active_pct=8.0, int_active_pct=65.0, dram_active_pct=70.0)
+    assert d.cls == "memory_bound" and "math roof" not in recs(d)
+    # busy integer pipe, little DRAM, but short of its roof: not integer-bound either
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=45.0, tensor_active_pct=0.0,
+                fp32_active_pct=0.0, int_active_pct=25.0, dram_active_pct=20.0)
+    assert d.cls == "latency_bound"
+
+
+def test_cuda_core_math_under_its_bar_beside_dram_traffic_is_a_streaming_kernel():
+    # softmax-like: FP32 pipe 15%, DRAM 31%, no tensor work: memory-bound, not "far from the math roof"
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=96.0, sm_occupancy_pct=47.0, tensor_active_pct=1.7,
+                fp16_active_pct=4.6, fp32_active_pct=15.0, int_active_pct=38.0, dram_active_pct=31.0)
+    assert d.cls == "memory_bound" and "math roof" not in recs(d)
+
+
 def test_a_mix_of_math_and_memory_is_not_latency_bound():
     # a training step's means (train_step recordings: tensor 26%, DRAM 45%)
     d, _ = diag(util_gpu_pct=96.0, sm_active_pct=81.0, tensor_active_pct=26.0, fp32_active_pct=3.0,
