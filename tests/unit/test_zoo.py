@@ -78,12 +78,12 @@ def test_the_harness_finds_advice_that_contradicts_a_label():
     got = zm.contradictions(lab, diag)
     assert [c.split(":")[0] for c in got] == ["cuda_graphs", "fp8"]
     assert zm.contradictions({"contradicts": ["tf32"]}, diag) == []
-    rows = [{"class": "a", "label": "a", "contradicts": [], "error_pct": 5.0, "exact": True, "dtype": "bf16",
-             "rate": "tflops", "achieved": 1.0, "estimate": 1.05},
-            {"class": "b", "label": "a", "contradicts": ["x"], "error_pct": -40.0, "exact": True, "dtype": "bf16",
-             "rate": "tflops", "achieved": 1.0, "estimate": 0.6},
-            {"class": "a", "label": "a", "contradicts": [], "error_pct": 300.0, "exact": False, "dtype": "fp32",
-             "rate": "gbps", "achieved": 1.0, "estimate": 4.0}]
+    rows = [{"file": "w1", "class": "a", "label": "a", "contradicts": [], "error_pct": 5.0, "exact": True, "dtype": "bf16",
+             "rate": "tflops", "achieved": 1.0, "estimate": 1.05, "judged_error_pct": 5.0, "stated_error_pct": 30.0},
+            {"file": "w2", "class": "b", "label": "a", "contradicts": ["x"], "error_pct": -40.0, "exact": True, "dtype": "bf16",
+             "rate": "tflops", "achieved": 1.0, "estimate": 0.6, "judged_error_pct": -40.0, "stated_error_pct": 30.0},
+            {"file": "w3", "class": "a", "label": "a", "contradicts": [], "error_pct": 300.0, "exact": False, "dtype": "fp32",
+             "rate": "gbps", "achieved": 1.0, "estimate": 4.0, "judged_error_pct": 300.0, "stated_error_pct": 30.0}]
     sc = zm.scores(rows)
     assert (sc["classed_as_labelled"], sc["with_contradictions"]) == (2, 1)
     assert sc["dtype_max_error_pct"] == {"bf16": 40.0}          # lower-bound byte counts are not judged
