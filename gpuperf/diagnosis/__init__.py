@@ -223,9 +223,12 @@ def _roof_line(cls: str, roof: dict[str, Any], spec: gpuspecs.GpuSpec) -> str | 
                 f"its pipe {pct(act)} busy (±{err:.0f}%)")
         if roof.get("working_share_pct"):
             line += f", over the working phases ({roof['working_share_pct']:.0f}% of the job)"
-        if roof.get("bracket"):
+        if roof.get("bracket") and kind == "hmma":
             lo, hi = roof["bracket"]
             line += f"; as TF32 {lo:.0f}" + (f", as FP8 {hi:.0f}" if spec.fp8 else "")
+        elif roof.get("bracket"):
+            lo, hi = roof["bracket"]
+            line += f"; kind not measured: {lo:.0f} (as FP64 tensor) to {hi:.0f} (as FP8/INT8)"
         return line
     if cls == "memory_bound" and roof.get("dram_gbps") is not None:
         return (f"estimated {roof['dram_gbps']:.0f} GB/s per GPU of {spec.mem_bw_gbps:.0f} GB/s peak "

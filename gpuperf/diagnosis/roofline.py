@@ -118,6 +118,20 @@ def _kind(kinds: dict[str, list]) -> str | None:
     return best
 
 
+def bracket(kind: str, spec: gpuspecs.GpuSpec) -> tuple[float, float]:
+    """(low, high) factors on a bf16-priced tensor estimate: HMMA work may be TF32 (half) or FP8 (twice);
+    tensor work of no measured kind may also be FP64 tensor (its peak over bf16's: 1/15 on Hopper) or INT8
+    (twice): the fallback's wider stated error."""
+    lo, hi = HMMA_BRACKET
+    hi = hi if spec.fp8 else 1.0
+    if kind == "tensor":
+        if spec.tensor_fp64_tflops:
+            lo = min(lo, spec.tensor_fp64_tflops / spec.tensor_bf16_tflops)
+        if spec.tensor_int8_tops:
+            hi = max(hi, spec.tensor_int8_tops / spec.tensor_bf16_tflops)
+    return lo, hi
+
+
 def rate(roof: dict[str, Any], kind: str) -> float | None:
     """A kind's estimated rate from a job estimate (None: not measured or no peak)."""
     v = (roof.get("kinds") or {}).get(kind)
@@ -149,8 +163,8 @@ def job_estimate(gpus: list[dict], spec: gpuspecs.GpuSpec) -> dict[str, Any]:
     out["kind"] = kind
     out["kind_error_pct"] = ERROR_BY_KIND.get(kind or "", ERROR_PCT)
     if kind in ("hmma", "tensor") and rate(out, kind) is not None:
-        lo, hi = HMMA_BRACKET
-        out["bracket"] = [round(rate(out, kind) * lo, 1), round(rate(out, kind) * (hi if spec.fp8 else 1.0), 1)]
+        lo, hi = bracket(kind, spec)
+        out["bracket"] = [round(rate(out, kind) * lo, 1), round(rate(out, kind) * hi, 1)]
     # distance to the roof: the busiest pipe as a share of its own peak, and the FLOPs of the tensor peak
     out["compute_roof_pct"] = kinds[kind][0] if kind else None
     out["tensor_peak_pct"] = 100.0 * t / spec.tensor_bf16_tflops if t is not None else None

@@ -68,6 +68,16 @@ def test_without_per_kind_metrics_the_report_says_so_and_keeps_the_bf16_fallback
     assert d.roofline["kind"] == "tensor" and not d.roofline["by_kind"]
     assert any("tensor kind not measured" in n and "15x" in n for n in d.notes)
     assert any("FP8" in n for n in d.notes) and "FP8" not in recs(d)
+    # the fallback's wider error: the bracket spans FP64 tensor work (67/989 of the bf16 price) to FP8
+    est = d.roofline["tflops"]
+    assert d.roofline["bracket"] == [pytest.approx(est * 67.0 / 989.5, rel=0.01), pytest.approx(est * 2, rel=0.01)]
+    # an FP64 GEMM on a GPU without per-kind metrics (the issue: 575 said for 40 achieved) lies inside it
+    fp64 = dict(FP64_GEMM)
+    for k in ("tensor_dmma_pct", "tensor_hmma_pct", "tensor_imma_pct"):
+        fp64.pop(k)
+    d64, _ = diag(**fp64)
+    lo, hi = d64.roofline["bracket"]
+    assert lo <= 0.73 * H100.tensor_fp64_tflops * 1.15 and hi > 1000
 
 
 def test_memory_bound_fp64_work_is_not_told_to_use_bf16_or_fp8_and_other_memory_bound_work_is():
