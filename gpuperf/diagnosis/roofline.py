@@ -4,11 +4,11 @@ Per GPU and kind of math: the kind's activity x its own dense peak (``gpuspecs``
 clock the GPU ran at over the clock the datasheet's figure holds at; DRAM activity x peak bandwidth.
 The kinds: HMMA tensor work (fp16/bf16, and TF32 at half and FP8 at twice that rate per active
 cycle: GPM cannot tell them apart, so the estimate prices it at bf16 and states the bracket), IMMA
-(INT8 TOPS), DMMA/DFMA (FP64 tensor), and the FP16, FP32 and FP64 CUDA-core pipes. Where the GPU or
-driver gives no per-kind tensor figure, every tensor-active share is priced at the bf16 peak (the
-``tensor`` kind) and the stated error is the wider one of that fallback. Errors are the largest seen
-on workloads that measured their own rate (benchmarks/results/diag_estimates.md, and the zoo's
-benchmarks/results/zoo/); ``ERROR_PCT`` by kind says which.
+(INT8 TOPS), DMMA/DFMA (FP64 tensor), the FP16, FP32 and FP64 CUDA-core pipes and the INT32 pipe.
+Where the GPU or driver gives no per-kind tensor figure, every tensor-active share is priced at the
+bf16 peak (the ``tensor`` kind) with the wider bracket of what it may be (FP64 tensor to FP8/INT8).
+The stated errors (``ERROR_PCT_BY_DTYPE``, ``ERROR_BY_KIND``) are the largest seen on workloads that
+measured their own rate (benchmarks/results/diag_estimates.md and benchmarks/results/zoo/estimates.md).
 """
 
 from __future__ import annotations
