@@ -1,11 +1,12 @@
 """The node daemon: one thread samples and serves; helper threads run health checks, deliveries and /metrics.
 
-Channels (both pyzmq REP over IPC; the daemon reads the caller's uid from libzmq's ``Peer-Address``
-property, which libzmq fills from ``SO_PEERCRED`` on Unix sockets as ``host:uid:gid:pid``):
+Channels (the caller's uid from ``SO_PEERCRED``: on the pyzmq control socket through libzmq's
+``Peer-Address`` property, ``host:uid:gid:pid``):
 
 - ``<socket_dir>/control.sock``, directory 0700 root: every op. Only root can even connect; the
   peer uid is checked as well (root or SlurmUser).
-- ``<user_socket_dir>/user.sock``, directory 0755, socket 0666: read ops for anyone, answered for the
+- ``<user_socket_dir>/user.sock`` (``usersock``: a plain stream socket, every buffer bounded), directory
+  0755, socket 0666: read ops for anyone, answered for the
   caller's own jobs only (admins, ``general.admin_users``, see all); write ops (register, finalize)
   only from root or SlurmUser. A caller whose uid cannot be read gets nothing but ``ping``.
 - ``<socket_dir>/hook.sock`` (``hooksock``): the control socket's protocol and rules over a plain
@@ -99,14 +100,16 @@ class Daemon:
                                gpu_names(sampler), gpu_names(sampler, "uuid"))
         self.node = self.facts.node
         self.errors = ErrorCounters()
-        health_fn = (health_from_checks(cfg, lambda node: self.errors.note(node.gpus)) if health_fn is True
+        health_fn = (health_from_checks(cfg, lambda node: self.errors.note(node.gpus),
+                                        lambda snap: xids.seen_by(self.xid_source, snap)) if health_fn is True
                      else (health_fn or None))
         self.registry = Registry()
         self.attr = attributor or Attributor()
         # a process's SLURM_JOB_ID is believed only from the registered job's user (attribution.py)
         self.attr.job_uid = self.registry.uid_of
         # NVML's XID events for an NVML sampler; tests hand in their own source (or None)
-        self.xid_source = xids.open_source(sampler, self.log) if xid_source is True else xid_source
+        # remembered (Witness): the health checks count a kernel-log XID only where these events saw it
+        self.xid_source = xids.witnessed(xids.open_source(sampler, self.log) if xid_source is True else xid_source)
         self.want_metrics = metrics and cfg.daemon.metrics_port > 0
         self.access = Access.from_config(cfg)
         self.stats: dict[str, float] = {"sweeps": 0, "skipped": 0, "errors": 0, "mismatches": 0, "sweep_s": 0.0,

@@ -69,6 +69,6 @@ def serve_metrics(cfg: Any, view: Any, log: Any) -> None:
     from gpuperf.daemon import metrics
 
     try:
-        metrics.serve(view, cfg.daemon.metrics_port, cfg.daemon.metrics_address)
+        metrics.serve(view, cfg.daemon.metrics_port, cfg.daemon.metrics_address, cfg.daemon.metrics_job_labels)
     except OSError as e:
         log.error("metrics: cannot listen on %s:%s: %s", cfg.daemon.metrics_address, cfg.daemon.metrics_port, e)

@@ -96,7 +96,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "interval_s": Key(float, 1.0, "sampling interval", validate=_positive),
         "socket_dir": Key(str, "/run/gpuperf/daemon", "directory of the control socket (root only)"),
         "metrics_port": Key(int, 9402, "Prometheus /metrics port; 0 disables"),
-        "metrics_address": Key(str, "0.0.0.0", "address /metrics binds"),
+        "metrics_address": Key(str, "127.0.0.1", "address /metrics binds (0.0.0.0 or the node's address: "
+                               "reachable from the network, for a Prometheus elsewhere)"),
+        "metrics_job_labels": Key(bool, False, "/metrics lists each job id and user per GPU (gpuperf_job_gpu_info: "
+                                  "the Grafana dashboard's job panels need it); readable by whoever reaches the port"),
         "pub_port": Key(int, 0, "TCP port of the PUB stream; 0: IPC socket in socket_dir only"),
         "store": Key(str, "", "SQLite store; empty: <state_dir>/daemon.sqlite"),
         "replay_speed": Key(float, 1.0, "replay backend speed-up", validate=_positive),
