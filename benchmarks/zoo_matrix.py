@@ -33,7 +33,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
 from gpuperf.diagnosis import phases, roofline  # noqa: E402
-from gpuperf.model import summary  # noqa: E402
+from gpuperf.diagnosis import jobsummary as summary  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 
 # per-GPU activity shown over each workload's timed work (activity.md): which pipe and tensor kind it used
