@@ -35,12 +35,12 @@ import zlib
 from pathlib import Path
 
 import psutil
-import zmq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
-from gpuperf.model import series as series_mod, summary  # noqa: E402
+from gpuperf.model import series as series_mod  # noqa: E402
+from gpuperf.diagnosis import jobsummary as summary  # noqa: E402
 from gpuperf.controller import transport  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
@@ -111,7 +111,6 @@ class Sim:
         return zlib.compress(json.dumps(s, separators=(",", ":")).encode(), 6)
 
     def sender(self) -> None:
-        ctx = zmq.Context.instance()
         while True:
             item = self.q.get()
             if item is None:
@@ -119,16 +118,14 @@ class Sim:
             job_id, node, end = item
             body = self.body(job_id, node, end)
             t0 = time.monotonic()
-            for _ in range(3):  # as transport.send_node_summary: a fresh socket and credential per attempt
+            for _ in range(3):  # as transport.send_node_summary: a fresh connection and credential per attempt
                 cred = transport.credential(transport._digest(body, self.series))
-                sock = ctx.socket(zmq.REQ)
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.connect(self.endpoint)
-                sock.send_multipart([transport.KIND, cred, body, self.series])
-                ok = sock.poll(int(REPLY_TIMEOUT_S * 1000))
-                reply = json.loads(sock.recv()) if ok else None
-                sock.close()
-                if ok:
+                try:
+                    reply = transport.exchange(self.endpoint, [transport.KIND, cred, body, self.series],
+                                               REPLY_TIMEOUT_S)
+                except transport.TransportError:
+                    reply = None
+                if reply is not None:
                     with self.lock:
                         self.delivered += 1
                         self.failed += not reply.get("ok")

@@ -1,7 +1,8 @@
 """The controller's receiver of node summaries: authenticate (munge), validate, store, reply.
 
-``Collector.run`` is one thread of the controller service (``gpuperf.controller.service``). It binds a
-ROUTER socket on ``controller.bind:controller.port``, reads every message waiting (up to ``BATCH``),
+``Collector.run`` is one thread of the controller service (``gpuperf.controller.service``). It listens
+on ``controller.bind:controller.port`` (``intake``: a peer is authenticated before its body is read, every
+buffer bounded), takes every message read whole within a short gathering window (up to ``BATCH``),
 keeps the good ones in the cluster store in one transaction and only then replies, so an
 acknowledged summary is on disk. It never waits on anything but its socket and the store: merging
 and AdminComment writes happen elsewhere, so a slow or absent accounting database cannot make a
@@ -11,17 +12,14 @@ node that missed its job's merge again and fold the summary into the fleet view,
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
 from typing import Any, Callable
 
-import zmq
-
 from gpuperf.files import log
 from gpuperf.model import summary as summary_mod
-from gpuperf.controller import clusterstore, transport
+from gpuperf.controller import clusterstore, intake, transport
 
 BATCH = 256
 # after the first message of a quiet spell, wait this long for more: one store commit then covers the
@@ -47,15 +45,36 @@ def check(frames: list[bytes], allowed: set[int], munge_socket: str) -> tuple[di
     """One message -> (summary to store or None, the reply); logs what it rejects.
 
     The summary comes back with ``_sender_uid`` and ``_series`` (the series frame, unparsed) added."""
-    logger = log.get("collector")
     try:
         sender, s, series = transport.unpack_message(frames, allowed, munge_socket)
-        validate(s)
     except transport.AuthError as e:
-        logger.warning("rejected node summary: %s", e)
+        log.get("collector").warning("rejected node summary: %s", e)
         return None, {"ok": False, "error": f"not authenticated: {e}"}
     except ValueError as e:
-        logger.warning("rejected malformed node summary: %s", e)
+        log.get("collector").warning("rejected malformed node summary: %s", e)
+        return None, {"ok": False, "error": f"malformed: {e}"}
+    return checked(sender, s, series)
+
+
+def opened(m: intake.Message) -> tuple[dict | None, dict[str, Any]]:
+    """A message the intake authenticated -> (summary to store or None, the reply), as ``check``."""
+    try:
+        s = transport.open_body(m.digest, m.body, m.series)
+    except transport.AuthError as e:
+        log.get("collector").warning("rejected node summary from %s: %s", m.conn.host, e)
+        return None, {"ok": False, "error": f"not authenticated: {e}"}
+    except ValueError as e:
+        log.get("collector").warning("rejected malformed node summary from %s: %s", m.conn.host, e)
+        return None, {"ok": False, "error": f"malformed: {e}"}
+    return checked(m.sender, s, m.series)
+
+
+def checked(sender: transport.Sender, s: dict, series: bytes | None) -> tuple[dict | None, dict[str, Any]]:
+    """A decoded summary validated: (it with ``_sender_uid`` and ``_series``, the reply) or (None, the refusal)."""
+    try:
+        validate(s)
+    except ValueError as e:
+        log.get("collector").warning("rejected malformed node summary: %s", e)
         return None, {"ok": False, "error": f"malformed: {e}"}
     s["_sender_uid"] = sender.uid
     s["_series"] = series
@@ -74,64 +93,59 @@ class Collector:
     def run(self, stop: threading.Event, on_ready: Callable[[str], None] | None = None) -> None:
         """Receive node summaries until ``stop`` is set."""
         logger = log.get("collector")
-        ctx = zmq.Context.instance()
-        sock = ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        # bound before any parsing: a peer cannot make the collector buffer more than this
-        sock.setsockopt(zmq.MAXMSGSIZE, transport.MAX_BODY_BYTES + 65536)
-        endpoint = f"tcp://{self.cfg.controller.bind}:{self.cfg.controller.port}"
-        sock.bind(endpoint)
+        listener = intake.Intake(self.cfg.controller.bind, self.cfg.controller.port, self.allowed,
+                                 self.cfg.controller.munge_socket)
         store = clusterstore.ClusterStore(self.store_path)
-        logger.info("collector listening on %s, store %s, senders uid %s", endpoint, store.path, sorted(self.allowed))
+        logger.info("collector listening on %s, store %s, senders uid %s", listener.endpoint, store.path,
+                    sorted(self.allowed))
         if on_ready:
-            on_ready(endpoint)
+            on_ready(listener.endpoint)
+        self.intake = listener
         try:
+            waiting: list[intake.Message] = []
+            gather_until = 0.0
             while not stop.is_set():
-                if sock.poll(200):
-                    stop.wait(GATHER_S)
+                now = time.monotonic()
+                waiting += listener.poll(max(0.0, gather_until - now) if waiting else 0.2)
+                if waiting and not gather_until:
+                    gather_until = time.monotonic() + GATHER_S
+                if waiting and (time.monotonic() >= gather_until or len(waiting) >= BATCH):
                     t0 = time.thread_time()
-                    self._batch(sock, store)
+                    self._batch(listener, store, waiting[:BATCH])
                     self.cpu_s += time.thread_time() - t0
+                    waiting, gather_until = waiting[BATCH:], 0.0
         finally:
-            sock.close()
+            listener.close()
             store.close()
 
-    def _batch(self, sock: zmq.Socket, store: clusterstore.ClusterStore) -> None:
-        """Everything waiting (up to BATCH): store the good ones in one transaction, then reply to all."""
-        replies: list[tuple[bytes, dict]] = []
+    def _batch(self, listener: intake.Intake, store: clusterstore.ClusterStore, msgs: list[intake.Message]) -> None:
+        """Store the good ones in one transaction, then reply to all."""
+        replies: list[tuple[intake.Conn, dict]] = []
         stored: list[dict] = []
-        while len(replies) < BATCH:
+        for m in msgs:
             try:
-                msg = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            # ROUTER framing from a REQ peer: identity, empty delimiter, then the message
-            if len(msg) < 2 or msg[1] != b"":
-                continue
-            ident, frames = msg[0], msg[2:]
-            try:
-                s, reply = check(frames, self.allowed, self.cfg.controller.munge_socket)
+                s, reply = opened(m)
                 if s is not None:
                     uid, series = s.pop("_sender_uid"), s.pop("_series")
                     # as received, the body and the series frame are already the compressed JSON the store
                     # keeps; a summary with its series inside (an older node) is split here
-                    blob = frames[2] if "series" not in s else None
+                    blob = m.body if "series" not in s else None
                     store.put_node_summary(s, uid, blob=blob, series=series, commit=False)
                     stored.append(s)
             except Exception as e:  # noqa: BLE001 - one bad message must not stop the collector
                 log.get("collector").error("node summary failed: %s: %s", type(e).__name__, e)
                 reply = {"ok": False, "error": f"internal error: {type(e).__name__}"}
-            replies.append((ident, reply))
+            replies.append((m.conn, reply))
         if stored:
             try:
                 store.db.commit()
             except Exception as e:  # noqa: BLE001 - not on disk: no node may believe it was kept
                 store.db.rollback()
                 log.get("collector").error("store commit failed: %s", e)
-                replies = [(i, {"ok": False, "error": f"store: {e}"} if r.get("ok") else r) for i, r in replies]
+                replies = [(c, {"ok": False, "error": f"store: {e}"} if r.get("ok") else r) for c, r in replies]
                 stored = []
-        for ident, reply in replies:
-            sock.send_multipart([ident, b"", json.dumps(reply).encode()])
+        for conn, reply in replies:
+            listener.reply(conn, reply)
         self.received += len(stored)
         if self.arrived is not None:
             for s in stored:

@@ -1,13 +1,18 @@
-"""Node summaries to the controller over pyzmq, authenticated with munge.
+"""Node summaries to the controller over plain TCP, authenticated with munge before the body is read.
 
-A message is three frames: ``gpuperf.node-summary.v1``, a munge credential whose payload is the
-SHA-256 of the body, and the body (zlib-compressed summary JSON); a fourth, the summary's time series
-(gpuperf.series.v1 as ``series.pack`` bytes; older nodes sent zlib JSON, still read), when it has one,
-and then the payload is both digests, ``body:series``. The receiver decodes the
-credential with ``unmunge`` (munged checks the MAC, the TTL and replays), checks the digest
-against the body and the sender's uid against root and SlurmUser. Anything else is rejected
-before the body is parsed. munged is asked through libmunge (``libmunge``: no process per message);
-where the library is missing the munge binaries are called by absolute path (hooks get no PATH).
+A message is four parts (``gpuperf.files.framing``: each a 4-byte length and its bytes):
+``gpuperf.node-summary.v1``, a munge credential whose payload is the SHA-256 of the body, the body
+(zlib-compressed summary JSON) and the summary's time series (gpuperf.series.v1 as ``series.pack``
+bytes; older nodes sent zlib JSON, still read), empty when it has none; with a series the payload is
+both digests, ``body:series``. The collector (``intake``) reads the kind and the credential, at most
+``KIND_MAX + CRED_MAX`` bytes, and decodes the credential with munge (munged checks the MAC, the TTL
+and replays) and the sender's uid against root and SlurmUser before it reads a byte of the body; then
+the digest against the body and series. The reply is one part, JSON. munged is asked through
+libmunge (``libmunge``: no process per message); where the library is missing the munge binaries
+are called by absolute path (hooks get no PATH).
+
+Until this version the same frames went over a ZeroMQ REQ/ROUTER pair, whose receiver buffered a peer's
+frames before any check; the two do not talk to each other (see docs/SECURITY.md, rolling upgrade).
 """
 
 from __future__ import annotations
@@ -15,18 +20,21 @@ from __future__ import annotations
 import hashlib
 import json
 import pwd
+import socket
 import subprocess
+import time
 import zlib
 from dataclasses import dataclass
 
-import zmq
-
-from gpuperf.files import jsoncodec, log
+from gpuperf.files import framing, jsoncodec, log
 from gpuperf.model import series as series_mod
 from gpuperf.controller import libmunge
 
 KIND = b"gpuperf.node-summary.v1"
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_BODY_BYTES = 4 * 1024 * 1024   # body and series together
+KIND_MAX = 64
+CRED_MAX = 4096                    # a munge credential of a two-digest payload is ~300 bytes
+REPLY_MAX = 64 * 1024
 MUNGE = "/usr/bin/munge"
 UNMUNGE = "/usr/bin/unmunge"
 
@@ -139,25 +147,40 @@ def unpack(frames: list[bytes], allowed: set[int], socket: str = "") -> tuple[Se
 
 def unpack_message(frames: list[bytes], allowed: set[int], socket: str = "") -> tuple[Sender, dict, bytes | None]:
     """Like unpack, and the series frame as received (``series.pack`` bytes, not parsed here) or None."""
-    if len(frames) not in (3, 4) or frames[0] != KIND:
+    if len(frames) not in (3, 4):
         raise AuthError("not a gpuperf node-summary message (expected 3 or 4 frames: kind, munge credential, body"
                         "[, series])")
-    cred, body = frames[1], frames[2]
-    series = frames[3] if len(frames) == 4 else None
+    sender, digest = authenticate(frames[0], frames[1], allowed, socket)
+    body, series = frames[2], (frames[3] or None) if len(frames) == 4 else None
     if len(body) + len(series or b"") > MAX_BODY_BYTES:
         raise ValueError(f"message of {len(body) + len(series or b'')} bytes exceeds {MAX_BODY_BYTES}")
+    return sender, open_body(digest, body, series), series
+
+
+def authenticate(kind: bytes, cred: bytes, allowed: set[int], socket: str = "") -> tuple[Sender, bytes]:
+    """The first two parts -> (sender, the digest it vouches for); AuthError unless root/SlurmUser's credential."""
+    if kind != KIND:
+        raise AuthError("not a gpuperf node-summary message (expected 3 or 4 frames: kind, munge credential, body"
+                        "[, series])")
+    if len(cred) > CRED_MAX:
+        raise AuthError(f"credential of {len(cred)} bytes exceeds {CRED_MAX}")
     sender, digest = verify_credential(cred, socket)
     if sender.uid not in allowed:
         raise AuthError(f"sender uid {sender.uid} is not root or SlurmUser")
+    return sender, digest
+
+
+def open_body(digest: bytes, body: bytes, series: bytes | None) -> dict:
+    """The summary of an authenticated message; AuthError when the digest differs, ValueError when malformed."""
     if digest != _digest(body, series):
         raise AuthError("body does not match the credential's digest (tampered or swapped)")
     try:
         summary = jsoncodec.loads(zlib.decompress(body))
-    except (zlib.error, ValueError) as e:
+    except (zlib.error, ValueError, RecursionError) as e:
         raise ValueError(f"body is not a compressed summary: {e}") from None
     if not isinstance(summary, dict):
         raise ValueError("body is not a summary object")
-    return sender, summary, series
+    return summary
 
 
 def controller_endpoint(cfg) -> str:
@@ -173,31 +196,53 @@ def controller_endpoint(cfg) -> str:
     return f"tcp://{host}:{port}"
 
 
+def address(endpoint: str) -> tuple[str, int]:
+    """(host, port) of a ``tcp://host:port`` endpoint."""
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def exchange(endpoint: str, frames: list[bytes], timeout_s: float) -> dict:
+    """Send one message (3 or 4 frames) to the collector and return its reply; TransportError on no reply."""
+    parts = list(frames) + [b""] * (4 - len(frames))
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection(address(endpoint), timeout=timeout_s) as s:
+            s.settimeout(max(0.001, deadline - time.monotonic()))
+            framing.send_parts(s, *parts)
+            data = framing.recv_part(s, REPLY_MAX, deadline)
+    except framing.ZmtpPeer:
+        raise TransportError(f"{endpoint} speaks ZeroMQ: the controller runs an older gpuperf") from None
+    except TimeoutError:
+        raise TransportError(f"no reply from {endpoint} within {timeout_s:.1f} s") from None
+    except (OSError, framing.FrameError, framing.Closed) as e:
+        raise TransportError(f"{endpoint}: {e}") from None
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        raise TransportError(f"{endpoint}: reply is not JSON") from None
+    if not isinstance(reply, dict):
+        raise TransportError(f"{endpoint}: reply is not an object")
+    return reply
+
+
 def send_node_summary(cfg, summary: dict, timeout_s: float | None = None, attempts: int = 3) -> dict:
     """Send one node summary to the controller; the collector's reply, or TransportError."""
     timeout_s = timeout_s or cfg.daemon.request_timeout_s
     endpoint = controller_endpoint(cfg)
-    frames = pack(summary, cfg.controller.munge_socket)
-    ctx = zmq.Context.instance()
     last = "no attempt"
     for _ in range(attempts):
-        # a REQ socket that missed its reply is stuck: a fresh one per attempt
-        sock = ctx.socket(zmq.REQ)
-        sock.setsockopt(zmq.LINGER, 0)
-        try:
-            sock.connect(endpoint)
-            sock.send_multipart(frames)
-            if sock.poll(int(timeout_s * 1000)):
-                reply = json.loads(sock.recv())
-                if not reply.get("ok"):
-                    raise Refused(f"controller at {endpoint} refused the summary: {reply.get('error')}")
-                return reply
-            last = f"no reply from {endpoint} within {timeout_s:.1f} s"
-        except zmq.ZMQError as e:
-            last = f"{endpoint}: {e}"
-        finally:
-            sock.close()
-        # the same credential would now be a replay: munge a fresh one for the retry
+        # a fresh credential per attempt: the one of a lost reply would now be a replay
         frames = pack(summary, cfg.controller.munge_socket)
+        try:
+            reply = exchange(endpoint, frames, timeout_s)
+        except TransportError as e:
+            last = str(e)
+            continue
+        if reply.get("ok"):
+            return reply
+        if not reply.get("retry"):
+            raise Refused(f"controller at {endpoint} refused the summary: {reply.get('error')}")
+        last = f"{endpoint}: {reply.get('error')}"     # busy: kept for a later try
     log.get("transport").warning("node summary of job %s not delivered: %s", summary.get("job_id"), last)
     raise TransportError(last)

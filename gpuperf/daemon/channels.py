@@ -1,30 +1,44 @@
-"""The daemon's sockets: control and user REP sockets, the hook socket, the PUB stream, one poller.
+"""The daemon's sockets: the control REP socket, the hook and user sockets, the PUB stream, one poller.
 
 ``Channels.serve(timeout_ms, handle)`` answers every request that is ready within the timeout by
 calling ``handle(frame, uid, channel)``; the daemon's single thread calls it between sweeps.
+The user socket, open to every local user, is a plain stream socket whose every buffer is bounded
+(``usersock``); the file limit is raised at start (``raise_nofile``), and both plain listeners cap
+their connections far below it, so no peer can make the daemon run out of descriptors.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import zmq
 
-from gpuperf.daemon import hooksock, protocol, ratelimit
-from gpuperf.daemon.protocol import control_endpoint, user_endpoint
+from gpuperf.daemon import hooksock, protocol, ratelimit, usersock
+from gpuperf.daemon.protocol import control_endpoint
 from gpuperf.daemon.pub import Publisher
 from gpuperf.daemon.startup import DaemonError
 
 HARD_MAX_BYTES = 1024 * 1024       # libzmq drops the connection above this (protocol.MAX_BYTES answers)
-# the user socket is open to every local user: its requests are small, and a user's queued requests
-# must not hold the daemon's memory (libzmq queues up to RCVHWM messages per connection)
-USER_MAX_BYTES = 64 * 1024
-USER_RCVHWM = 8
+NOFILE_CEILING = 1 << 20           # soft file limit asked for when the hard one is unlimited
 
 Handler = Callable[[bytes, "int | None", str], dict[str, Any]]
+
+
+def raise_nofile(log: Any) -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (systemd's default soft limit is 1,024); the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = NOFILE_CEILING if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return want
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, want, e)
+    return soft
 
 
 def pub_endpoint(cfg: Any) -> str:
@@ -40,14 +54,17 @@ class Channels:
     def __init__(self, cfg: Any, log: Any, stats: dict[str, float]):
         self.cfg, self.log, self.stats = cfg, log, stats
         self.user_limit = ratelimit.Buckets()
+        self.nofile = raise_nofile(log)
         self.ctx = zmq.Context()
         try:
             self.control = self._rep(control_endpoint(cfg))
             ud = Path(cfg.daemon.user_socket_dir)
             ud.mkdir(parents=True, exist_ok=True)
             os.chmod(ud, 0o755)
-            self.user = self._rep(user_endpoint(cfg), USER_MAX_BYTES, USER_RCVHWM)
-            os.chmod(ud / "user.sock", 0o666)
+            self.users = usersock.Listener(str(ud))
+        except OSError as e:
+            self.ctx.destroy(0)
+            raise DaemonError(f"cannot bind the user socket in {cfg.daemon.user_socket_dir}: {e}") from None
         except BaseException:
             self.ctx.destroy(0)  # a socket already bound is closed with it
             raise
@@ -58,14 +75,13 @@ class Channels:
             self.pub = None
         self.poller = zmq.Poller()
         self.poller.register(self.control, zmq.POLLIN)
-        self.poller.register(self.user, zmq.POLLIN)
         self.hooks: hooksock.Listener | None = None
-        self._hook_fds: set[int] = set()
+        self._polled: dict[int, int] = {}   # plain fds registered with the poller -> their events
         try:
             self.hooks = hooksock.Listener(cfg.daemon.socket_dir)
         except OSError as e:  # the prolog then uses the control socket, only slower
             self.log.error("hook socket: cannot bind in %s: %s", cfg.daemon.socket_dir, e)
-        self._sync_hook_fds()
+        self._sync_fds()
 
     def _rep(self, endpoint: str, max_bytes: int = HARD_MAX_BYTES, rcvhwm: int | None = None) -> zmq.Socket:
         s = self.ctx.socket(zmq.REP)
@@ -81,27 +97,30 @@ class Channels:
             raise DaemonError(f"cannot bind {endpoint}: {e}") from None
         return s
 
-    def _sync_hook_fds(self) -> None:
-        """Poll exactly the hook socket's listening fd and its connections waiting for a request."""
-        if self.hooks is None:
-            return
-        want = set(self.hooks.fds())
-        for fd in self._hook_fds - want:
+    def _sync_fds(self) -> None:
+        """Poll exactly the plain listeners' fds: hook and user listening sockets and their connections."""
+        want = {fd: zmq.POLLIN for fd in (self.hooks.fds() if self.hooks is not None else ())}
+        want.update((fd, zmq.POLLOUT if w else zmq.POLLIN) for fd, w in self.users.fds().items())
+        for fd in self._polled.keys() - want.keys():
             self.poller.unregister(fd)
-        for fd in want - self._hook_fds:
-            self.poller.register(fd, zmq.POLLIN)
-        self._hook_fds = want
+        for fd, ev in want.items():
+            if self._polled.get(fd) != ev:
+                self.poller.register(fd, ev)   # registers, or changes the events of one registered
+        self._polled = want
 
     def serve(self, timeout_ms: int, handle: Handler) -> None:
-        """Answer the requests that arrive within ``timeout_ms``; expire idle hook connections."""
-        for sock, _ in self.poller.poll(timeout_ms):
-            if isinstance(sock, int):
+        """Answer the requests that arrive within ``timeout_ms``; expire idle connections."""
+        for sock, ev in self.poller.poll(timeout_ms):
+            if not isinstance(sock, int):
+                self._serve_one(sock, handle)
+            elif self.hooks is not None and (sock == self.hooks.sock.fileno() or sock in self.hooks.conns):
                 self._serve_hook(sock, handle)
             else:
-                self._serve_one(sock, handle)
+                self._serve_user(sock, ev, handle)
         if self.hooks is not None and self.hooks.conns:
             self.hooks.expire()
-            self._sync_hook_fds()
+        self.users.expire()
+        self._sync_fds()
 
     def _serve_one(self, sock: zmq.Socket, handle: Handler) -> None:
         try:
@@ -113,16 +132,11 @@ class Channels:
             uid = protocol.parse_peer(frames[0].get("Peer-Address"))
         except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
             uid = None
-        channel = "control" if sock is self.control else "user"
         if len(frames) != 1:
             reply = protocol.error("one frame per request")
             self.stats["bad_requests"] += 1
-        elif channel == "user" and not self.user_limit.allow(uid, time.monotonic()):
-            # one user's request loop must not take the daemon's time from sampling and the hooks
-            reply = protocol.error(f"refused: more than {ratelimit.RATE_PER_S:g} requests/s from uid {uid}")
-            self.stats["rate_limited"] = self.stats.get("rate_limited", 0) + 1
         else:
-            reply = handle(frames[0].bytes, uid, channel)
+            reply = handle(frames[0].bytes, uid, "control")
         try:
             sock.send(self._reply_bytes(reply))
         except zmq.ZMQError as e:
@@ -140,9 +154,28 @@ class Channels:
             self.log.warning("cannot encode reply: %s", e)
             return protocol.encode(protocol.error("reply could not be encoded"))
 
+    def _serve_user(self, fd: int, events: int, handle: Handler) -> None:
+        if events & zmq.POLLOUT:
+            self.users.flush(fd)
+            return
+        got = self.users.ready(fd)
+        if got is None:
+            return
+        conn, frame = got
+        if frame is None:
+            self.stats["requests"] += 1
+            self.stats["bad_requests"] += 1
+            reply = protocol.error(f"request exceeds the {protocol.MAX_BYTES}-byte limit")
+        elif not self.user_limit.allow(conn.uid, time.monotonic()):
+            # one user's request loop must not take the daemon's time from sampling and the hooks
+            reply = protocol.error(f"refused: more than {ratelimit.RATE_PER_S:g} requests/s from uid {conn.uid}")
+            self.stats["rate_limited"] = self.stats.get("rate_limited", 0) + 1
+        else:
+            reply = handle(frame, conn.uid, "user")
+        self.users.reply(conn, self._reply_bytes(reply))
+
     def _serve_hook(self, fd: int, handle: Handler) -> None:
         got = self.hooks.ready(fd) if self.hooks is not None else None
-        self._sync_hook_fds()
         if got is None:
             return
         conn, frame, uid = got
@@ -156,8 +189,8 @@ class Channels:
 
     def close(self) -> None:
         """Close every socket and the context."""
-        for s in (self.control, self.user):
-            s.close(0)
+        self.control.close(0)
+        self.users.close()
         if self.hooks is not None:
             self.hooks.close()
             self.hooks = None

@@ -1,7 +1,8 @@
 """Talking to the node daemon from hooks and the CLI: one request, one reply, a hard time limit.
 
 Hooks (root) use the control socket; users' commands (``gpuperf top``, ``report`` of a running job)
-use the user socket, where the daemon answers for the caller's own jobs only. The prolog's own
+use the user socket (``usersock``: a plain stream socket; a daemon older than this client still speaks
+ZeroMQ there, and is then asked that way), where the daemon answers for the caller's own jobs only. The prolog's own
 requests (``HOOK_OPS``: small replies) go over the daemon's hook socket when it is there: the same
 messages and uid rule, but the standard library's socket instead of pyzmq, whose import alone costs
 a prolog that runs every step itself ~20 ms (benchmarks/hook_latency.py, the ``full`` row).
@@ -56,6 +57,15 @@ def call(cfg: Any, op: str, job: dict[str, Any] | None = None, timeout_s: float 
                 return hooksock.call(cfg.daemon.socket_dir, op, job, timeout_s)
             except hooksock.HookSocketUnavailable as e:
                 raise DaemonUnavailable(str(e)) from None
+    if channel != "control":
+        from gpuperf.daemon import usersock
+
+        try:
+            return usersock.call(cfg.daemon.user_socket_dir, op, job, timeout_s)
+        except usersock.OldDaemon:
+            pass   # a daemon not yet restarted after an upgrade: its ZeroMQ socket, below
+        except usersock.UserSocketUnavailable as e:
+            raise DaemonUnavailable(str(e)) from None
     ep = endpoint(cfg, channel)
     path = ep[len("ipc://"):]
     if not os.path.exists(path):

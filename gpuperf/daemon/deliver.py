@@ -101,7 +101,7 @@ def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tupl
     except (OSError, TypeError, ValueError) as e:
         out["errors"].append(f"aggregates.json: {e}")
     try:
-        from gpuperf.model.summary import node_summary
+        from gpuperf.diagnosis.jobsummary import node_summary
     except ImportError as e:
         out["errors"].append(f"no summary module: {e}")
         return out, None

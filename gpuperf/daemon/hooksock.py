@@ -77,15 +77,7 @@ class Listener:
         import socket
 
         self.path = path_of(socket_dir)
-        try:
-            os.unlink(self.path)  # a stale socket of a killed daemon (the daemon lock is already held)
-        except FileNotFoundError:
-            pass
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock.bind(self.path)
-        os.chmod(self.path, 0o600)
-        self.sock.listen(MAX_CONNS)
-        self.sock.setblocking(False)
+        self.sock = listen_unix(self.path, socket.SOCK_SEQPACKET, 0o600, MAX_CONNS)
         self.conns: dict[int, tuple[socket.socket, float]] = {}
 
     def fds(self) -> list[int]:
@@ -157,6 +149,26 @@ class Listener:
             os.unlink(self.path)
         except OSError:
             pass
+
+
+def listen_unix(path: str, kind: int, mode: int, backlog: int) -> socket.socket:
+    """A non-blocking Unix socket of ``kind`` listening at ``path`` with ``mode``; a stale file there is replaced."""
+    import socket
+
+    try:
+        os.unlink(path)  # a stale socket of a killed daemon (the daemon lock is already held)
+    except FileNotFoundError:
+        pass
+    sock = socket.socket(socket.AF_UNIX, kind)
+    try:
+        sock.bind(path)
+        os.chmod(path, mode)
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
 
 
 def peer_uid(conn: socket.socket) -> int | None:

@@ -7,6 +7,7 @@ underfilled, host copies) and the distance to the roofline stand beside the clas
 job into phases, and then the class is that of its longest working phase (start-up and an idle tail
 are phases, never the class of a job that worked), so the class never contradicts the phases.
 Thresholds come from ``[report] thresholds`` in the config (``thresholds.py`` says why each is what it is).
+``jobsummary`` gives the whole summary: the job model's figures with their estimates and this diagnosis.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuperf.model import gpuspecs
+from gpuperf.model.summary import job_totals
 from gpuperf.diagnosis import advice, phases, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
@@ -177,8 +179,6 @@ def _unused(gpus: list[dict], th: dict[str, float]) -> tuple[dict[str, Any] | No
 
 def _restrict(summary: dict, gpus: list[dict]) -> dict:
     """The summary as if the job had held only ``gpus`` (job-wide figures recomputed)."""
-    from gpuperf.model.summary import job_totals  # summary imports this package; the reverse only at call time
-
     job = job_totals(gpus)
     if job.get("idle_pct") is None:
         # summaries that kept each GPU's no-kernel share but not its seconds (older, or trimmed ones)

@@ -1,8 +1,10 @@
 """The job summary ``gpuperf.summary.v1``: what a job did with its GPUs, built from the daemon's aggregates.
 
-``node_summary(aggregates, context)`` turns one node's ``JobAggregates.to_dict()`` into a summary;
-``merge(node_summaries, expected_nodes)`` joins the nodes of a multi-node job into one. Both are
-pure apart from reading the env/affinity files the prolog left in the job's state directory.
+``node_part(aggregates, context)`` turns one node's ``JobAggregates.to_dict()`` into a summary's figures;
+``join(node_summaries, expected_nodes)`` joins the nodes of a multi-node job into one. Both are pure
+apart from reading the env/affinity records the prolog and the tasks left in the job's directory
+(``env.report``, ``affinity.report``). The ``estimates`` and the ``diagnosis`` are the diagnosis'
+(``gpuperf.diagnosis.jobsummary``: ``node_summary`` and ``merge`` give the whole summary).
 
 Shape (all numbers rounded; ``None`` where the sampler could not measure, never 0)::
 
@@ -33,10 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpuperf import diagnosis
-from gpuperf.model import gpuspecs
 from gpuperf.files import jobstate, safeio
-from gpuperf.diagnosis import roofline
 from gpuperf.model.load import node_figures
 
 SCHEMA = "gpuperf.summary.v1"
@@ -232,45 +231,6 @@ def host_summary(host: dict | None) -> dict[str, Any]:
     return out
 
 
-def estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Throughput and roofline estimates from activity × the model's dense peak at the clock run (labelled),
-    and the ``roofline.job_estimate`` they came from (None: no single known model), which the diagnosis
-    reuses rather than computing it again over every GPU."""
-    names = sorted({g.get("name") or "" for g in gpus})
-    spec = gpuspecs.lookup(names[0]) if len(names) == 1 else None
-    out: dict[str, Any] = {"label": roofline.LABEL}
-    if spec is None:
-        out["model"] = None
-        if not names:
-            out["note"] = "no GPUs"
-        elif len(names) > 1:
-            out["note"] = "mixed GPU models"
-        else:
-            out["note"] = (f"GPU model {names[0]} not in gpuperf's table" if names[0]
-                           else "GPU model not reported by the sampler")
-        return out, None
-    est = roofline.job_estimate(gpus, spec)
-    out.update(model=spec.model, source=spec.source, peak_tensor_tflops=spec.tensor_bf16_tflops,
-               peak_fp32_tflops=spec.fp32_tflops, peak_mem_bw_gbps=spec.mem_bw_gbps, fp8=spec.fp8,
-               ridge_flop_per_byte=_r(spec.tensor_bf16_tflops * 1e3 / spec.mem_bw_gbps),
-               error_pct=est["kind_error_pct"], clock_scaled=est["clock_scaled"],
-               kind=est["kind"], by_kind=est["by_kind"])
-    # the busier of the tensor and FP pipes sets the compute estimate
-    tflops, bw = est["tflops"], est["dram_gbps"]
-    out["tensor_tflops_est"] = _r(est["tensor_tflops"])
-    out["tflops_est_per_gpu"] = _r(tflops)
-    out["tflops_est_job"] = _r(est["tflops_job"])
-    out["dram_gbps"] = _r(bw)
-    if tflops is not None and bw:
-        intensity = tflops * 1e3 / bw                     # FLOP per byte of DRAM traffic
-        attainable = min(spec.tensor_bf16_tflops, intensity * spec.mem_bw_gbps / 1e3)
-        out["intensity_flop_per_byte"] = _r(intensity, 2)
-        out["roofline_side"] = "memory" if intensity < out["ridge_flop_per_byte"] else "compute"
-        out["attainable_tflops"] = _r(attainable)
-        out["roofline_pct"] = _r(100.0 * tflops / attainable) if attainable > 0 else None
-    return out, est
-
-
 def _quality(aggs: dict, gpus: list[dict]) -> dict[str, Any]:
     gaps = aggs.get("gaps") or []
     gap_s = sum(max(0.0, float(b) - float(a)) for a, b in gaps if _num(a) is not None and _num(b) is not None)
@@ -324,11 +284,11 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
     return env, affinity
 
 
-def node_summary(aggregates: dict, context: dict) -> dict:
-    """One node's summary from its aggregates.
+def node_part(aggregates: dict, context: dict) -> dict:
+    """One node's summary from its aggregates, but for its ``estimates`` (None) and ``diagnosis``.
 
-    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, thresholds, and
-    gpu_names ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name.
+    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, and gpu_names
+    ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name.
     """
     node = str(context.get("node") or aggregates.get("node") or "")
     gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]
@@ -360,7 +320,6 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         "estimates": None,
         "quality": _quality(aggregates, gpus),
     }
-    s["estimates"], roof = estimates(gpus)
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     if ignored.reasons:
         # what the job's user left in its files was refused: the summary lacks it, and says so
@@ -369,8 +328,6 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         s["quality"]["reasons"].append(f"{len(ignored.reasons) + ignored.more} job record(s) refused")
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
-    series = context.get("series") if isinstance(context.get("series"), dict) else None
-    s["diagnosis"] = diagnosis.diagnose(s, series, thresholds=context.get("thresholds"), roof=roof).to_dict()
     return s
 
 
@@ -401,11 +358,13 @@ def _single(part: dict, expected: list[str]) -> dict:
     return out
 
 
-def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dict | None = None) -> dict:
-    """One summary for a multi-node job; nodes that did not report make it partial and are named.
+def join(node_summaries: list[dict], expected_nodes: list[str]) -> dict:
+    """One summary for a multi-node job, but for its ``estimates`` (None) and ``diagnosis``; nodes that did
+    not report make it partial and are named.
 
-    A job of one node that reported keeps that node's figures and diagnosis (made on the node with its
-    time series, so with phases): nothing to join, and the controller does not diagnose twice."""
+    A job of one node that reported keeps that node's whole summary, diagnosis included (made on the
+    node with its time series, so with phases): nothing to join, and the controller does not diagnose
+    twice. ``diagnosis.jobsummary.merge`` tells the two apart by that ``diagnosis``."""
     parts = [s for s in node_summaries if isinstance(s, dict) and s.get("schema") == SCHEMA]
     nodes = sorted({n for s in parts for n in s.get("nodes", [])})
     expected = list(expected_nodes) or nodes
@@ -438,6 +397,4 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
     }
     if ignored:
         out["quality"]["ignored"] = ignored
-    out["estimates"], roof = estimates(gpus)
-    out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds, roof=roof).to_dict()
     return out

@@ -301,7 +301,8 @@ def gpuperf_defaults(l: Layout) -> dict[str, dict[str, Any]]:
             "slurm_bin_dir": "/usr/bin",
             "node_root": l.node_root,
         },
-        "daemon": {"socket_dir": str(l.run_dir / "daemon"), "metrics_port": l.metrics_port},
+        # job labels on /metrics: the Prometheus tests join on them, as the shipped dashboard does
+        "daemon": {"socket_dir": str(l.run_dir / "daemon"), "metrics_port": l.metrics_port, "metrics_job_labels": True},
         "controller": {"store": str(l.state_dir / "cluster.sqlite"), "port": l.collector_port,
                        "address": f"{l.ctld_addr}:{l.collector_port}",
                        # the job stays COMPLETING while EpilogSlurmctld waits: keep test jobs quick

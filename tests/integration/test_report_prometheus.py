@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from gpuperf.files import config
-from gpuperf.model import series, summary
+from gpuperf.model import series
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.jobrecords import series as report
 from gpuperf.controller import clusterstore, merge
 
@@ -67,7 +68,7 @@ def stack():
     mport = promserver.free_port()
     base = (f'[general]\nstate_dir = "{tmp}/state"\nrun_dir = "{tmp}/run"\nlog_file = ""\nslurm_bin_dir = "{tmp}/noslurm"\n'
             f'[daemon]\nbackend = "replay:{RECORDING}?loop=1&gpus=4"\ninterval_s = 0.5\nsocket_dir = "{tmp}/run/daemon"\n'
-            f'user_socket_dir = "{tmp}/run/daemon-user"\nmetrics_port = {mport}\nmetrics_address = "127.0.0.1"\n'
+            f'user_socket_dir = "{tmp}/run/daemon-user"\nmetrics_port = {mport}\nmetrics_address = "127.0.0.1"\nmetrics_job_labels = true\n'
             f'[controller]\nstore = "{tmp}/cluster.sqlite"\n')
     (tmp / "daemon.toml").write_text(base)
     daemon = subprocess.Popen([GPUPERF, "daemon", "--foreground"], env=dict(os.environ, GPUPERF_CONFIG=str(tmp / "daemon.toml")),

@@ -8,7 +8,7 @@ import pytest
 
 from gpuperf.files import config
 from gpuperf import diagnosis
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import fromrecording
 from report_fixtures import aggregates, context
 

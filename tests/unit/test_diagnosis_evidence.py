@@ -9,7 +9,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuperf.model import admincomment, summary
+from gpuperf.model import admincomment
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf import diagnosis
 from report_fixtures import aggregates, context
 

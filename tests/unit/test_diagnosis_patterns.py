@@ -7,7 +7,8 @@ import pytest
 
 from gpuperf import diagnosis
 from gpuperf.diagnosis import roofline
-from gpuperf.model import gpuspecs, summary
+from gpuperf.model import gpuspecs
+from gpuperf.diagnosis import jobsummary as summary
 from report_fixtures import aggregates, context
 
 QUIET = dict(nvlink_tx_bps=0.0, nvlink_rx_bps=0.0, pcie_tx_bps=1e8, pcie_rx_bps=1e8)

@@ -26,7 +26,7 @@ def _exported() -> dict[str, set[str]]:
     view = {"samples": samples, "jobs": [(42, "alice", [0, 1])],
             "stats": {"sweeps": 3, "skipped": 0, "errors": 0, "mismatches": 0, "sweep_s": 0.001}}
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(DaemonCollector(lambda: view))
+    reg.register(DaemonCollector(lambda: view, job_labels=True))   # the dashboard's job panels need it
     names: dict[str, set[str]] = {}
     for fam in text_string_to_metric_families(generate_latest(reg).decode()):
         # a family the recording has no values for (GPM fields on some GPUs) is still declared

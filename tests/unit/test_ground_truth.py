@@ -115,7 +115,7 @@ def test_steady_workloads_have_no_phases():
 
 def test_the_finalize_series_gives_the_node_summary_its_phases():
     # what the daemon's finalize reply carries (coarse, rounded) reaches the summary through the context
-    from gpuperf.model import summary
+    from gpuperf.diagnosis import jobsummary as summary
     from gpuperf.diagnosis import phases
 
     path = RECORDINGS / "phases-h100-80gb-hbm3.jsonl.gz"
@@ -143,7 +143,7 @@ def test_phases_of_the_socket_all_reduce_name_it_as_the_job_does():
     # the series carry PCIe and NVLink rates, so a stretch of collectives through host memory is
     # communication-bound there too, not launch-bound
     _, d, _ = job("allreduce_sockets-h200.jsonl.gz", gpus=None)
-    from gpuperf.model import summary
+    from gpuperf.diagnosis import jobsummary as summary
     from gpuperf.diagnosis import phases
 
     aggs, series = fromrecording.replay_job(str(RECORDINGS / "allreduce_sockets-h200.jsonl.gz"), with_series=True)

@@ -1,4 +1,4 @@
-"""Node summary -> controller over pyzmq with munge: the real munged, a real collector on loopback."""
+"""Node summary -> controller over TCP with munge: the real munged, a real collector on loopback."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import threading
 import time
 
 import pytest
-import zmq
 
 from gpuperf.files import config
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.controller import accounting, clusterstore, service, transport
 from report_fixtures import aggregates, context
 
@@ -56,15 +55,7 @@ def controller(munge, tmp_path):
 
 
 def _raw_send(cfg, frames: list[bytes]) -> dict:
-    sock = zmq.Context.instance().socket(zmq.REQ)
-    sock.setsockopt(zmq.LINGER, 0)
-    try:
-        sock.connect(transport.controller_endpoint(cfg))
-        sock.send_multipart(frames)
-        assert sock.poll(10000), "collector did not answer"
-        return __import__("json").loads(sock.recv())
-    finally:
-        sock.close()
+    return transport.exchange(transport.controller_endpoint(cfg), frames, 10.0)
 
 
 def _stored(cfg, job_id: int) -> dict:

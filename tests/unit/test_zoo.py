@@ -1,0 +1,117 @@
+"""The workload zoo (issue 30): every workload labelled and recorded on H100 and H200, and the bars the
+issue sets for the diagnosis on it (benchmarks/zoo_matrix.py; tables in benchmarks/results/zoo/)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuperf.diagnosis import CLASSES
+from gpuperf.samplers.replay import load_recording
+
+ROOT = Path(__file__).resolve().parents[2]
+ZOO = ROOT / "tests" / "data" / "recordings" / "zoo"
+# classes the zoo's labels use that the diagnosis is to add (issue 30, items 2-4)
+NEW_CLASSES = {"transfer_bound", "latency_bound", "underfilled"}
+
+
+def _matrix():
+    spec = importlib.util.spec_from_file_location("zoo_matrix", ROOT / "benchmarks" / "zoo_matrix.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+zm = _matrix()
+LABELS = zm.labels()
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return zm.run()
+
+
+def test_the_zoo_has_40_labelled_workloads_across_datatypes_kinds_and_frameworks():
+    assert len(LABELS) >= 40
+    for name, lab in LABELS.items():
+        assert lab["class"] in set(CLASSES) | NEW_CLASSES, name
+        assert set(lab["contradicts"]) <= set(zm.CONTRADICTS), name
+        assert lab["rate"] in (None, "tflops", "gbps", "pcie_gbps"), name
+        assert lab["what"] and lab["dtype"] and lab["kind"] and lab["framework"], name
+    assert {"fp64", "tf32", "fp32", "fp16", "bf16", "fp8", "int8"} <= {x["dtype"] for x in LABELS.values()}
+    assert {"torch", "jax", "cupy"} <= {x["framework"] for x in LABELS.values()}
+    kinds = {x["kind"] for x in LABELS.values()}
+    assert {"gemm", "convolution", "attention", "elementwise", "reduction", "softmax", "normalisation", "transpose",
+            "gather", "scatter", "atomics", "sort", "fft", "small_grid", "host"} <= kinds
+    assert {f"transfer_{d}_{m}" for d in ("h2d", "d2h") for m in ("pinned", "pageable")} <= kinds
+    assert {x.get("startup") for x in LABELS.values()} >= {"CPU start-up 40%", "torch.compile", "cudnn autotune"}
+    # the recording script runs every one of them
+    script = (ROOT / "benchmarks" / "device" / "zoo_record.sh").read_text()
+    assert set(re.findall(r"\bzoo_[a-z0-9_]+\b", script.split('ORDER="')[1].split('"')[0])) == set(LABELS)
+
+
+@pytest.mark.parametrize("gpu", ["h100-80gb-hbm3", "h200"])
+def test_the_zoo_is_recorded_with_per_kind_metrics_and_each_workloads_own_rate(gpu):
+    files = sorted(ZOO.glob(f"zoo_*-{gpu}.jsonl.gz"))
+    assert len(files) >= 40
+    for f in files:
+        rec = load_recording(str(f))
+        wl = rec.header["workload"]
+        assert wl in LABELS, f.name
+        ach = {k: v for fig in rec.header["achieved"].values() for k, v in fig.items()}
+        assert ach["t_start"] < ach["t_end"], f.name
+        rate = LABELS[wl]["rate"]
+        assert rate is None or ach[rate] > 0, f.name
+        # GPM's per-kind metrics answered in every sweep after the first (which has no previous sample)
+        assert all("tensor_hmma_pct" in s and "int_active_pct" in s for sw in rec.sweeps[1:] for s in sw), f.name
+    assert sum(f.stat().st_size for f in files) < 400_000     # the repo stays lean
+
+
+def test_the_harness_finds_advice_that_contradicts_a_label():
+    lab = {"contradicts": ["fp8", "attention", "cuda_graphs"]}
+    diag = {"recommendations": ["this GPU has FP8 tensor cores: Transformer Engine FP8 can nearly double throughput",
+                                "a cheaper algorithm (fewer FLOPs)"],
+            "findings": [{"fix": "capture the step in CUDA graphs"}]}
+    got = zm.contradictions(lab, diag)
+    assert [c.split(":")[0] for c in got] == ["cuda_graphs", "fp8"]
+    assert zm.contradictions({"contradicts": ["tf32"]}, diag) == []
+    rows = [{"class": "a", "label": "a", "contradicts": [], "error_pct": 5.0, "exact": True, "dtype": "bf16",
+             "rate": "tflops", "achieved": 1.0, "estimate": 1.05},
+            {"class": "b", "label": "a", "contradicts": ["x"], "error_pct": -40.0, "exact": True, "dtype": "bf16",
+             "rate": "tflops", "achieved": 1.0, "estimate": 0.6},
+            {"class": "a", "label": "a", "contradicts": [], "error_pct": 300.0, "exact": False, "dtype": "fp32",
+             "rate": "gbps", "achieved": 1.0, "estimate": 4.0}]
+    sc = zm.scores(rows)
+    assert (sc["classed_as_labelled"], sc["with_contradictions"]) == (2, 1)
+    assert sc["dtype_max_error_pct"] == {"bf16": 40.0}          # lower-bound byte counts are not judged
+
+
+# The bars of issue 30 on main's diagnosis as it was when the zoo was recorded (2026-11-25):
+# 51 of 85 recordings classed as labelled (60%), 65 with advice that contradicts their label,
+# fp64 estimates +1523%, tf32 +121%, fp8 -50%, int8 -24%, int32 (integer pipe) -100%.
+# NOT acceptable at the end of issue 30: the diagnosis work removes these marks.
+BASELINE = ("issue 30 baseline, NOT acceptable at the end: 51/85 (60%) classed as labelled, 65 recordings with "
+            "contradicting advice, fp64 estimate +1523%, tf32 +121%, fp8 -50% (benchmarks/results/zoo/)")
+
+
+@pytest.mark.xfail(reason=BASELINE, strict=True)
+def test_at_least_95_percent_of_the_zoo_is_classed_as_labelled(rows):
+    wrong = [f"{r['file']}: {r['class']} (label {r['label']})" for r in rows if r["class"] != r["label"]]
+    assert zm.scores(rows)["classed_pct"] >= 95.0, wrong
+
+
+@pytest.mark.xfail(reason=BASELINE, strict=True)
+def test_no_recommendation_contradicts_its_label(rows):
+    bad = {r["file"]: r["contradicts"] for r in rows if r["contradicts"]}
+    assert not bad, bad
+
+
+@pytest.mark.xfail(reason=BASELINE, strict=True)
+def test_every_datatypes_estimate_is_within_its_stated_error(rows):
+    sc = zm.scores(rows)
+    over = {d: (round(mx, 1), sc["dtype_stated_error_pct"][d]) for d, mx in sc["dtype_max_error_pct"].items()
+            if mx > sc["dtype_stated_error_pct"][d]}
+    assert not over and not sc["dtype_missing_estimate"], over
