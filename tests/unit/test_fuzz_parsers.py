@@ -230,7 +230,7 @@ def test_an_admincomment_that_inflates_without_end_is_refused():
 def test_a_node_summary_over_any_job_files(env, applied):
     from report_fixtures import aggregates
 
-    from gpuperf.model.summary import node_summary
+    from gpuperf.diagnosis.jobsummary import node_summary
 
     with job_dir() as d:
         (d / CACHE).write_bytes(env)
