@@ -151,6 +151,10 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
                  "move decoding/augmentation to the GPU (NVIDIA DALI, torchvision v2 on CUDA)")
         r.append("overlap host work with GPU work (non_blocking copies, CUDA streams)")
         return r
+    if cls == "transfer_bound" and (s.link_pct is None or s.link_pct < th["transfer_link_pct"]) and \
+            (s.nvlink_gbps or 0.0) >= th["comm_nvlink_gbps"]:
+        return ["keep each GPU's data on it: partition the work so a GPU reads what it holds, not its peers' memory",
+                "overlap the peer copies with compute (cudaMemcpyPeerAsync on a side stream) or move fewer bytes"]
     if cls == "transfer_bound":
         r = ["keep the data on the GPU: copy it once and reuse it across steps instead of moving it every step"]
         if (s.link_pct or 0.0) >= near:
@@ -160,7 +164,11 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
             r.append("copy from pinned (page-locked) host memory, asynchronously and overlapped with compute "
                      "(pin_memory=True, non_blocking=True, a side CUDA stream): pageable copies go through a staging "
                      "buffer at a fraction of the link's rate")
-        r.append("fewer, larger transfers: batch many small copies into one")
+        if s.gdr:
+            r.append("this node has GPUDirect RDMA (nvidia_peermem): data that arrives over the network can land in "
+                     "GPU memory directly (NCCL, UCX, storage clients that use it), without the host copy")
+        else:
+            r.append("fewer, larger transfers: batch many small copies into one")
         return r
     if cls == "launch_bound":
         gaps = 100.0 - s.util if s.util is not None else None

@@ -40,11 +40,17 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     # 2. throttling distorts every other figure (clocks drop), so it is named before the workload's shape
     if s.hw_throttle_share >= th["throttle_share_pct"]:
         return "throttled", [f"hardware/thermal throttling {pct(s.hw_throttle_share)} of the GPU time"]
-    # 3. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
+    # 3. peer copies: NVLink busy with the SMs idle is the copy engines' work (cudaMemcpyPeer); NCCL's
+    # collectives move their bytes with kernels (the 4x H200 all-reduce recording: SM active 12.6%)
+    if (s.nvlink_gbps is not None and s.nvlink_gbps >= th["comm_nvlink_gbps"] and s.sm is not None
+            and s.sm < th["idle_util_pct"] and (s.pipes or 0.0) < th["compute_pipe_pct"]):
+        return "transfer_bound", [f"NVLink {s.nvlink_gbps:.1f} GB/s per GPU while SMs were active {pct(s.sm)}: peer "
+                                  "copies on the copy engines (collectives would run kernels on the SMs)"]
+    # 3b. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
     comm = _communication(s, th)
     if comm:
         return "communication_bound", comm
-    # 3b. host<->device copies: the copy engine keeps NVML's utilization up (FACTS.md) while the SMs idle
+    # 3c. host<->device copies: the copy engine keeps NVML's utilization up (FACTS.md) while the SMs idle
     xfer = _transfer(s, th)
     if xfer:
         return "transfer_bound", xfer
@@ -91,17 +97,27 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
 
 
 def _transfer(s: Signals, th: dict[str, float]) -> list[str]:
-    """Evidence that host<->device copies bound the job (empty when they do not): the PCIe link near its
-    rate, busier than the SMs, no math pipe or DRAM past its threshold."""
+    """Evidence that host<->device copies bound the job (empty when they do not): no math pipe or DRAM past
+    its bar, and either the PCIe link near its rate on average with the SMs less busy than the link, or
+    (pageable copies: the host stages each chunk between DMA bursts) SMs idle while NVML's utilization
+    (the copy engine's busy time, FACTS.md) is explained by the link running near its rate while busy."""
     link = s.link_pct
-    if link is None or link < th["transfer_link_pct"] or (s.sm is not None and s.sm >= link):
+    if link is None or (s.pipes or 0.0) >= th["compute_pipe_pct"] or (s.dram or 0.0) >= th["memory_dram_pct"]:
         return []
-    if (s.pipes or 0.0) >= th["compute_pipe_pct"] or (s.dram or 0.0) >= th["memory_dram_pct"]:
+    steady = link >= th["transfer_link_pct"] and (s.sm is None or s.sm < link)
+    while_busy = 100.0 * link / s.util if s.util and s.util >= 2 * th["idle_util_pct"] else None
+    staged = (while_busy is not None and while_busy >= th["transfer_link_pct"] and s.sm is not None
+              and s.sm < 2 * th["idle_util_pct"])
+    if not (steady or staged):
         return []
-    way = ("both ways" if (s.pcie_balance or 0.0) >= 0.5 else "mostly one way")
-    return [f"PCIe {s.pcie_dir_gbps:.1f} GB/s per GPU in the busier direction ({way}), {link:.0f}% of the "
-            f"{s.pcie_link_gbps:.0f} GB/s link ({s.pcie_link_from}), while SMs were active {pct(s.sm)}: the GPU "
-            f"waits on host<->device copies (NVML's utilization {pct(s.util)} counts the copy engine as busy)"]
+    way = "both ways" if (s.pcie_balance or 0.0) >= 0.5 else "mostly one way"
+    ev = [f"PCIe {s.pcie_dir_gbps:.1f} GB/s per GPU in the busier direction ({way}), {link:.0f}% of the "
+          f"{s.pcie_link_gbps:.0f} GB/s link ({s.pcie_link_from}), while SMs were active {pct(s.sm)}: the GPU "
+          f"waits on host<->device copies (NVML's utilization {pct(s.util)} counts the copy engine as busy)"]
+    if not steady and while_busy is not None:
+        ev.append(f"{while_busy:.0f}% of the link while the copy engine ran: copies staged through the host "
+                  "between bursts (pageable memory), not kernels, fill the utilization")
+    return ev
 
 
 def _communication(s: Signals, th: dict[str, float]) -> list[str]:

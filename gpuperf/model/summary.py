@@ -287,13 +287,20 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
 def node_part(aggregates: dict, context: dict) -> dict:
     """One node's summary from its aggregates, but for its ``estimates`` (None) and ``diagnosis``.
 
-    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, and gpu_names
-    ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name.
+    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, thresholds,
+    gpu_names ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name, gpu_links
+    ({"0": {"gen": 5, "width": 16}}: each GPU's PCIe link from the node's topology) and gpudirect_rdma
+    (whether the node's GPUDirect RDMA module is loaded).
     """
     node = str(context.get("node") or aggregates.get("node") or "")
     gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]
     names = context.get("gpu_names") or {}
+    links = context.get("gpu_links") if isinstance(context.get("gpu_links"), dict) else {}
     for g in gpus:
+        # the GPU's PCIe link as the node's topology read it (the diagnosis's transfer rule needs its rate)
+        link = links.get(str(g["gpu"])) if isinstance(links.get(str(g["gpu"])), dict) else {}
+        if _num(link.get("gen")) and _num(link.get("width")):
+            g["pcie_gen"], g["pcie_width"] = int(link["gen"]), int(link["width"])
         # the model from the node's topology where the sampler did not name it
         if not g["name"] and names.get(str(g["gpu"])):
             g["name"] = names[str(g["gpu"])]
@@ -314,7 +321,9 @@ def node_part(aggregates: dict, context: dict) -> dict:
         "wall_s": _r(end - start) if start is not None and end is not None else None,
         "gpus": gpus,
         "job": job_totals(gpus),
-        "hosts": {node: host_summary(aggregates.get("host"))},
+        "hosts": {node: dict(host_summary(aggregates.get("host")),
+                             **({"gpudirect_rdma": context["gpudirect_rdma"]}
+                                if isinstance(context.get("gpudirect_rdma"), bool) else {}))},
         "env": {node: env} if env is not None else {},
         "affinity": {node: affinity} if affinity is not None else {},
         "estimates": None,

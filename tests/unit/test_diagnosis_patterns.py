@@ -69,6 +69,16 @@ def test_without_per_kind_metrics_the_report_says_so_and_keeps_the_bf16_fallback
     assert any("tensor kind was not measured" in r for r in d.recommendations if "FP8" in r)
 
 
+def test_memory_bound_fp64_work_is_not_told_to_use_bf16_or_fp8_and_other_memory_bound_work_is():
+    fp64, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                   fp64_active_pct=4.0, fp32_active_pct=0.0, dram_active_pct=90.0)
+    assert fp64.cls == "memory_bound" and "FP32 storage" in recs(fp64)
+    assert not any(w in recs(fp64) for w in ("bf16", "FP8", "TF32"))
+    bf16, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=0.0,
+                   fp64_active_pct=0.0, dram_active_pct=90.0)
+    assert "bf16/FP8" in recs(bf16)
+
+
 # -- TF32 only where FP32 math at high intensity is in evidence ----------------------------------------
 
 def test_tf32_finding_fires_on_fp32_math_on_cuda_cores():
@@ -127,6 +137,15 @@ def test_slower_copies_get_pinned_memory_and_overlap_advice():
     assert d.cls == "transfer_bound" and "pinned" in recs(d)
 
 
+def test_pageable_copies_staged_by_the_host_are_transfer_bound_by_the_link_rate_while_busy():
+    # 10 GB/s on average (16% of gen5 x16) while the copy engine ran 40% of the time: 40% while busy
+    d, _ = copies(10.0, util=40.0)
+    assert d.cls == "transfer_bound" and any("staged" in e for e in d.evidence)
+    assert "CUDA graphs" not in recs(d) and "pinned" in recs(d)
+    # the launch-bound recording's figures (util 33%, SM 0.03%, PCIe 0.2 GB/s of launches) stay launch-bound
+    assert copies(0.21, sm=0.03, util=33.0, tx_gbps=0.025)[0].cls == "launch_bound"
+
+
 def test_little_pcie_traffic_is_not_transfer_bound_and_busy_sms_make_it_a_finding_only():
     assert copies(2.0)[0].cls != "transfer_bound"
     busy, _ = diag(util_gpu_pct=100.0, sm_active_pct=95.0, tensor_active_pct=85.0, dram_active_pct=25.0,
@@ -145,13 +164,42 @@ def test_a_gpu_whose_link_is_unknown_is_never_transfer_bound():
 
 def test_the_nodes_own_link_generation_and_width_win_over_the_models():
     a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
-                               "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
+                               "dram_active_pct": 2.0, "pcie_rx_bps": 8e9})
     s = summary.node_summary(a, context())
-    assert s["diagnosis"]["class"] != "transfer_bound"      # 19% of gen5 x16
+    assert s["diagnosis"]["class"] != "transfer_bound"      # 13% of gen5 x16, 17% while the copy engine ran
     for g in s["gpus"]:
         g.update(pcie_gen=4, pcie_width=8)                  # a degraded link: 15.8 GB/s
     d = diagnosis.diagnose(s)
     assert d.cls == "transfer_bound" and any("gen4 x8, as linked" in e for e in d.evidence)
+
+
+def test_the_daemon_hands_the_summary_each_gpus_link_and_gpudirect_from_the_node_topology():
+    from types import SimpleNamespace as NS
+    from pathlib import Path
+    from gpuperf.daemon.deliver import node_links
+
+    root = Path(__file__).resolve().parents[1] / "data" / "nodes"
+    links = node_links(NS(general=NS(node_root=str(root / "h100-vm"))))
+    assert links == {"gpu_links": {"0": {"gen": 5, "width": 16}}, "gpudirect_rdma": False}
+    a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
+                               "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
+    s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=True))
+    assert s["gpus"][0]["pcie_gen"] == 4 and s["hosts"]["n1"]["gpudirect_rdma"] is True
+    d = s["diagnosis"]
+    assert d["class"] == "transfer_bound" and "GPUDirect RDMA" in " ".join(d["recommendations"])
+    # without GPUDirect on the node, no advice to use it
+    s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=False))
+    assert "GPUDirect" not in " ".join(s["diagnosis"]["recommendations"])
+
+
+def test_peer_copies_over_nvlink_with_idle_sms_are_transfers_and_collectives_stay_communication():
+    peer, _ = diag(ngpus=2, util_gpu_pct=80.0, sm_active_pct=0.3, tensor_active_pct=0.0, dram_active_pct=10.0,
+                   nvlink_tx_bps=150e9, nvlink_rx_bps=150e9)
+    assert peer.cls == "transfer_bound" and "peer" in recs(peer) and "NCCL" not in recs(peer)
+    # the 4x H200 all-reduce recording's figures: NCCL's kernels keep 12.6% of the SMs busy
+    coll, _ = diag(ngpus=2, util_gpu_pct=70.0, sm_active_pct=12.6, sm_occupancy_pct=3.3, tensor_active_pct=0.0,
+                   dram_active_pct=16.0, nvlink_tx_bps=235e9, nvlink_rx_bps=235e9)
+    assert coll.cls == "communication_bound"
 
 
 # -- stalls: SMs busy, no math pipe, little DRAM ----------------------------------------------------------
@@ -229,6 +277,9 @@ def test_startup_before_a_near_roof_gemm_is_a_phase_and_the_job_is_compute_bound
     assert d.phases[0]["share_pct"] == pytest.approx(40, abs=10)
     assert d.cls == "compute_bound" and "DataLoader" not in recs(d)
     assert any("longest working phase" in e for e in d.evidence)
+    # the estimate is the working phase's: the job-wide mean (50% tensor) over the 60% that worked
+    assert d.roofline["working_share_pct"] == pytest.approx(d.phases[1]["share_pct"])
+    assert d.roofline["compute_roof_pct"] == pytest.approx(50.0 * 100 / d.phases[1]["share_pct"], rel=0.05)
 
 
 def test_the_class_never_contradicts_the_phases():
