@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")]
 
 from figures import emit  # noqa: E402
-from gpunode import bring_up, real_gpu_files, start_services, stop_services, tear_down, torch_python, why_no_gpu  # noqa: E402
+from gpunode import (bring_up, real_gpu_files, start_services, stop_services, tear_down, torch_python,
+                     watch_processes, why_no_gpu)  # noqa: E402
 
 # job kind -> (workload, sbatch arguments, srun tasks (0: no srun), the figure that is its throughput)
 JOBS = {"gemm": ("gemm_bf16.py", ("--gres=gpu:1", "-c4"), 0, "tflops"),
@@ -154,29 +155,20 @@ def set_mode(c, bench: Path, on: bool, saved_plugstack: str, spank_text: str, pr
 
 
 def gpu_processes(c, job: int, seconds: float) -> list[dict]:
-    """While the job runs: the processes NVML shows on the GPUs, their command and environment names
-    (what a profiler leaves there: the daemon reads the same /proc files)."""
-    seen: dict[int, dict] = {}
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and c.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"):
-        p = c.run("gpuperf", "top", "--json")
-        for g in (json.loads(p.stdout).get("gpus", []) if p.returncode == 0 else []):
-            for proc in g.get("processes") or []:
-                pid = proc.get("pid")
-                if isinstance(pid, int) and pid not in seen:
-                    try:
-                        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    except OSError:
-                        continue
-                    names = sorted({e.split(b"=", 1)[0].decode(errors="replace") for e in env if b"=" in e})
-                    seen[pid] = {"pid": pid, "cmd": cmd[:300],
-                                 "env": {n: v.decode(errors="replace")[:200] for n, v in
-                                         (e.split(b"=", 1) for e in env if b"=" in e)
-                                         if any(k in n.decode(errors="replace") for k in ("INJECTION", "NV_", "NSIGHT", "PRELOAD", "CUPTI", "TPS"))},
-                                 "env_names": names}
-        time.sleep(1)
-    return list(seen.values())
+    """While the job runs: the processes NVML lists on the GPUs, their command and the environment a
+    profiler leaves there (the daemon reads the same /proc files)."""
+    def describe(pid: int) -> dict:
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return {}
+        pairs = [e.decode(errors="replace").split("=", 1) for e in env if b"=" in e]
+        return {"cmd": cmd[:300], "env_names": sorted(n for n, _ in pairs),
+                "env": {n: v[:200] for n, v in pairs
+                        if any(k in n for k in ("INJECTION", "NV_", "NSIGHT", "PRELOAD", "CUPTI", "TPS"))}}
+
+    return watch_processes(c, job, seconds, describe)
 
 
 def ncu_job(c, seconds: float) -> dict:

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 try:
     from cluster.host import can_run
@@ -130,3 +131,30 @@ def tear_down(c: SlurmCluster, saved_plugstack: str, procs: list[subprocess.Pope
     c.reset_gpuperf_config()
     if os.environ.get("GPUPERF_KEEP_CLUSTER") != "1":
         c.down()
+
+
+def nvml_processes() -> list[tuple[int, int]]:
+    """(GPU index, pid) of every compute process NVML lists now (what the daemon's sampler sees)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            out += [(i, int(p.pid)) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def watch_processes(c: SlurmCluster, job: int, seconds: float, describe: Callable[[int], dict]) -> list[dict]:
+    """While ``job`` runs (at most ``seconds``): each new GPU process, ``describe(pid)`` plus its GPU."""
+    seen: dict[int, dict] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and c.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"):
+        for gpu, pid in nvml_processes():
+            if pid not in seen:
+                seen[pid] = {"pid": pid, "gpu": gpu, **describe(pid)}
+        time.sleep(1)
+    return list(seen.values())
