@@ -201,10 +201,10 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
 def node_part(aggregates: dict, context: dict) -> dict:
     """One node's summary from its aggregates, but for its ``estimates`` (None) and ``diagnosis``.
 
-    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, thresholds,
-    gpu_names ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name, gpu_links
-    ({"0": {"gen": 5, "width": 16}}: each GPU's PCIe link from the node's topology) and gpudirect_rdma
-    (whether the node's GPUDirect RDMA module is loaded).
+    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, gpu_names
+    ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name, gpu_links ({"0": {"gen": 5,
+    "width": 16}}: each GPU's PCIe link from the node's topology) and gpudirect_rdma (whether the node's
+    GPUDirect RDMA module is loaded).
     """
     node = str(context.get("node") or aggregates.get("node") or "")
     gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]

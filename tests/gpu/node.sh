@@ -38,6 +38,9 @@ if [ ! -x "$p/venv/bin/python" ]; then
     ln -sfn "../venv/bin/$h" "$p/bin/$h"
   done
   cp "$bundle/lib/gpuperf_spank.so" "$p/lib/"
+  # bytecode now, as pip does: the image sets PYTHONDONTWRITEBYTECODE=1, and hooks that compile
+  # gpuperf from source on every run cost a job 60-90 ms more (measured on an H100)
+  "$vpy" -m compileall -q "$p/src" "$p/site" >/dev/null || true
   chmod -R a+rX "$p"
   echo "gpuperf installed in $p ($("$p/venv/bin/gpuperf" --version))"
 fi

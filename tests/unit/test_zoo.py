@@ -96,6 +96,11 @@ def test_the_harness_finds_advice_that_contradicts_a_label():
     assert (sc["classed_as_labelled"], sc["with_contradictions"]) == (2, 1)
     assert sc["dtype_max_error_pct"] == {"bf16": 40.0}          # lower-bound byte counts are not judged
     assert sc["over_stated_error"] == ["b-40.0"]
+    # and a real recording goes the whole way: replayed, summarised, diagnosed, estimated
+    r = zm.evaluate(str(ZOO / "zoo_gemm_fp64-h100-80gb-hbm3.jsonl.gz"), LABELS)
+    assert r["label"] == "compute_bound" and r["class"] in set(CLASSES) | NEW_CLASSES
+    assert r["achieved"] == pytest.approx(54.069) and r["estimate"] is not None
+    assert r["activity"]["tensor_dfma_pct"] > 90 and r["activity"]["tensor_hmma_pct"] < 1
 
 
 # The bars of issue 30. Before its diagnosis work (main 23cb15a): 54 of 86 recordings classed as labelled
@@ -103,23 +108,26 @@ def test_the_harness_finds_advice_that_contradicts_a_label():
 # With its first part (main 8e6ffe9): 71/86 (83%), 18 with contradicting advice, int8 judged error 64%,
 # the integer pipe (int32) without an estimate. NOT acceptable at the end of issue 30: the diagnosis
 # work removes these marks once the bars hold.
-BASELINE = ("issue 30 baseline, NOT acceptable at the end: 71/86 (83%) classed as labelled, 18 recordings with "
-            "contradicting advice, int8 estimate 64% off, int32 none (benchmarks/results/zoo/)")
+# With its diagnosis work (branch diag): 81/86 (94%), no contradicting advice, every datatype within its
+# stated error (derived from the table: tests/unit/test_zoo_errors.py). The 5 left: random gathers and radix
+# sorts read DRAM 55-67% busy (GPM counts the sectors moved, wasted or not: memory-bound by the counters,
+# latency-bound by the label), and the H200 softmax reads DRAM 22% and FP32 16% (neither bound by the
+# counters, memory-bound by the label; it moves the same ~1 TB/s on both GPUs, so not the bandwidth).
+BASELINE = ("issue 30, NOT acceptable at the end: 81/86 (94%) classed as labelled; gathers and sorts read as "
+            "memory-bound, the H200 softmax as latency-bound (benchmarks/results/zoo/matrix.md)")
 
 
-@pytest.mark.xfail(reason=BASELINE, strict=True)
+@pytest.mark.xfail(reason=BASELINE, strict=True, raises=AssertionError)
 def test_at_least_95_percent_of_the_zoo_is_classed_as_labelled(rows):
     wrong = [f"{r['file']}: {r['class']} (label {r['label']})" for r in rows if r["class"] != r["label"]]
     assert zm.scores(rows)["classed_pct"] >= 95.0, wrong
 
 
-@pytest.mark.xfail(reason=BASELINE, strict=True)
 def test_no_recommendation_contradicts_its_label(rows):
     bad = {r["file"]: r["contradicts"] for r in rows if r["contradicts"]}
     assert not bad, bad
 
 
-@pytest.mark.xfail(reason=BASELINE, strict=True)
 def test_every_datatypes_estimate_is_within_its_stated_error(rows):
     sc = zm.scores(rows)
     over = {r["file"]: (round(r["judged_error_pct"], 1), r["stated_error_pct"]) for r in rows
