@@ -177,3 +177,14 @@ def test_zoo_rows_from_the_recorded_4x_h200_allreduce_against_the_nvlink_label(t
     # a label the diagnosis does not meet is named WRONG and fails the run
     assert czr.row(rec, dict(czr.label_of("zoo_comm_p2p_copy")))["ok"] is False
     assert czr.main([str(tmp_path / "none")]) == 2
+
+
+def test_importing_the_workloads_helpers_changes_no_environment():
+    """The NVLS-off variables are the ranks' (set by run()); set at import they reached every job the
+    test cluster ran later in the same pytest process (test_env_slurm saw NCCL_NVLS_ENABLE=0 'injected')."""
+    import importlib
+
+    before = dict(os.environ)
+    importlib.reload(_comm)
+    assert dict(os.environ) == before
+    assert _comm.NO_MULTICAST["NCCL_NVLS_ENABLE"] == "0"
