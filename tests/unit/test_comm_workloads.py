@@ -184,7 +184,12 @@ def test_importing_the_workloads_helpers_changes_no_environment():
     test cluster ran later in the same pytest process (test_env_slurm saw NCCL_NVLS_ENABLE=0 'injected')."""
     import importlib
 
-    before = dict(os.environ)
-    importlib.reload(_comm)
-    assert dict(os.environ) == before
+    keys = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+    saved = {k: os.environ.pop(k) for k in keys if k in os.environ}
+    try:
+        before = dict(os.environ)
+        importlib.reload(_comm)
+        assert dict(os.environ) == before
+    finally:
+        os.environ.update(saved)
     assert _comm.NO_MULTICAST["NCCL_NVLS_ENABLE"] == "0"
