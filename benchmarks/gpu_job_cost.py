@@ -9,10 +9,15 @@ run through a timing shell wrapper in both modes (off: the wrapper alone), so "a
 Prolog + TaskProlog on minus off, and "added at end" is Epilog on minus off (EpilogSlurmctld runs on the
 controller after the job's end and is shown apart). Intervals: 95% t-intervals over the pairs.
 
+``--job allreduce`` (issue 29, a node with 2+ GPUs): the job is a communicating one instead, ``srun -n2``
+running ``workloads/zoo_comm_allreduce_nvlink_bf16.py`` one task per GPU (``--gres=gpu:2``); its throughput
+is its own bus bandwidth (``busbw_gbps``) and the same on/off pairs give the interval of its ratio.
+
 ``--ncu``: a job runs Nsight Compute (``ncu``) on its GEMM while the daemon samples: the job's state, and
 what the daemon recorded for its GPU over that time (kept for the report's test fixture).
 
     bash tests/gpu/node.sh BUNDLE run python3 benchmarks/gpu_job_cost.py --pairs 8 --json OUT.json [--ncu]
+    bash tests/gpu/node.sh BUNDLE run python3 benchmarks/gpu_job_cost.py --job allreduce --pairs 8 --json OUT.json
 """
 
 from __future__ import annotations
@@ -32,9 +37,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")]
 
 from figures import emit  # noqa: E402
-from gpunode import (bring_up, start_services, stop_services, tear_down, torch_python, watch_processes,
-                     why_no_gpu)  # noqa: E402
+from gpunode import (bring_up, real_gpu_files, start_services, stop_services, tear_down, torch_python,
+                     watch_processes, why_no_gpu)  # noqa: E402
 
+# job kind -> (workload, sbatch arguments, srun tasks (0: no srun), the figure that is its throughput)
+JOBS = {"gemm": ("gemm_bf16.py", ("--gres=gpu:1", "-c4"), 0, "tflops"),
+        "allreduce": ("zoo_comm_allreduce_nvlink_bf16.py", ("--gres=gpu:2", "-n2", "-c4"), 2, "busbw_gbps")}
 HOOKS = {"Prolog": "prolog", "Epilog": "epilog", "TaskProlog": "taskprolog", "EpilogSlurmctld": "epilog-slurmctld"}
 # two-sided 95% t quantiles by degrees of freedom
 T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -87,11 +95,14 @@ def hook_ms(log: Path, job: int) -> dict[str, float]:
     return out
 
 
-def run_job(c, seconds: float, log: Path) -> dict:
-    """One GEMM job as the test user: its TFLOP/s, submit->COMPLETED wall time, hook times."""
-    script = f"{c.torch_python} {c.workloads}/gemm_bf16.py --seconds {seconds}\n"
+def run_job(c, seconds: float, log: Path, kind: str = "gemm") -> dict:
+    """One job of ``kind`` (JOBS) as the test user: its throughput, submit->COMPLETED wall time, hook times."""
+    script_name, sargs, tasks, metric = JOBS[kind]
+    script = f"{c.torch_python} {c.workloads}/{script_name} --seconds {seconds}\n"
+    if tasks:
+        script = f"srun -n{tasks} {script}"
     t0 = time.time()
-    job = c.sbatch(script, "--gres=gpu:1", "-c4", "--job-name=gp-cost", user=c.user)
+    job = c.sbatch(script, *sargs, "--job-name=gp-cost", user=c.user)
     state = None
     while time.time() - t0 < seconds + 120:
         state = c.job_state(job)
@@ -100,10 +111,30 @@ def run_job(c, seconds: float, log: Path) -> dict:
         time.sleep(0.1)
     wall = time.time() - t0
     out = c.job_output(job)
-    m = re.search(r"tflops=([\d.]+)", out)
+    m = re.search(rf"\b{metric}=([\d.]+)", out)
     time.sleep(0.5)  # EpilogSlurmctld's line lands after COMPLETED
-    return {"job": job, "state": state, "wall_s": round(wall, 3), "tflops": float(m.group(1)) if m else None,
+    return {"job": job, "state": state, "wall_s": round(wall, 3), metric: float(m.group(1)) if m else None,
             "hooks_ms": hook_ms(log, job)}
+
+
+def summarise(rows: list[dict], metric: str = "tflops") -> dict:
+    """The figures of paired on/off rounds: 95% intervals of the throughput and wall-time ratios, the
+    milliseconds gpuperf's hooks add at start and at end (pairs where either job measured nothing are left out)."""
+    ok = [r for r in rows if r["on"].get(metric) and r["off"].get(metric)]
+
+    def added(r: dict, hooks: tuple[str, ...]) -> float:
+        return sum(r["on"]["hooks_ms"].get(h, 0.0) for h in hooks) - sum(r["off"]["hooks_ms"].get(h, 0.0) for h in hooks)
+
+    if not ok:
+        return {"pairs_used": 0, "pairs_failed": len(rows)}
+    return {"pairs_used": len(ok), "pairs_failed": len(rows) - len(ok),
+            f"{metric}_ratio_on_off": interval([r["on"][metric] / r["off"][metric] for r in ok]),
+            "wall_ratio_on_off": interval([r["on"]["wall_s"] / r["off"]["wall_s"] for r in ok]),
+            "added_start_ms": interval([added(r, ("prolog", "taskprolog")) for r in ok]),
+            "added_end_ms": interval([added(r, ("epilog",)) for r in ok]),
+            "epilog_slurmctld_on_ms": interval([r["on"]["hooks_ms"].get("epilog-slurmctld", 0.0) for r in ok]),
+            f"{metric}_on": interval([r["on"][metric] for r in ok]),
+            f"{metric}_off": interval([r["off"][metric] for r in ok])}
 
 
 def set_mode(c, bench: Path, on: bool, saved_plugstack: str, spank_text: str, procs: list) -> list:
@@ -167,12 +198,19 @@ def ncu_job(c, seconds: float) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=8, help="paired rounds (on+off each)")
+    ap.add_argument("--job", choices=sorted(JOBS), default="gemm",
+                    help="gemm: one GPU, TFLOP/s; allreduce: srun one task per GPU on 2 GPUs, bus bandwidth")
     ap.add_argument("--seconds", type=float, default=6.0, help="GEMM loop of each job, seconds")
     ap.add_argument("--ncu", action="store_true", help="also run one job under Nsight Compute")
+    ap.add_argument("--budget", type=float, default=0.0,
+                    help="seconds for the pairs: no pair starts that would end past it (0: no limit)")
     ap.add_argument("--ncu-only", action="store_true", help="only the Nsight Compute job")
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args()
     why = why_no_gpu()
+    need = JOBS[a.job][2] or 1
+    if not why and len(real_gpu_files()) < need:
+        why = f"--job {a.job} needs {need} GPUs, this machine has {len(real_gpu_files())}"
     py = torch_python()
     if why or not py:
         print(f"gpu_job_cost: cannot run here: {why or 'no Python with PyTorch and CUDA'}", file=sys.stderr)
@@ -188,30 +226,24 @@ def main() -> int:
         if not a.ncu_only:
             log = timing_hooks(c, bench)
             point_slurm_conf(c, bench / "hooks")
-            run_job(c, 2, log)  # warm-up: CUDA context, cuBLAS, page cache (not counted)
+            run_job(c, 2, log, a.job)  # warm-up: CUDA context, cuBLAS, page cache (not counted)
             rows = []
+            t_pairs = time.monotonic()
             for i in range(a.pairs):
+                spent = time.monotonic() - t_pairs
+                if a.budget and i and spent + spent / i > a.budget:
+                    figures["budget_stopped_after_pairs"] = i
+                    break
                 pair = {}
                 for on in ((True, False) if i % 2 == 0 else (False, True)):
                     procs = set_mode(c, bench, on, saved, spank_text, procs)
-                    pair["on" if on else "off"] = run_job(c, a.seconds, log)
+                    pair["on" if on else "off"] = run_job(c, a.seconds, log, a.job)
                 rows.append(pair)
                 print(json.dumps(pair), flush=True)
             procs = set_mode(c, bench, True, saved, spank_text, procs)
             point_slurm_conf(c, None)
-            ok = [r for r in rows if r["on"]["tflops"] and r["off"]["tflops"]]
-
-            def added(r: dict, hooks: tuple[str, ...]) -> float:
-                return sum(r["on"]["hooks_ms"].get(h, 0.0) for h in hooks) - sum(r["off"]["hooks_ms"].get(h, 0.0) for h in hooks)
-
             figures["pairs"] = rows
-            figures["tflops_ratio_on_off"] = interval([r["on"]["tflops"] / r["off"]["tflops"] for r in ok])
-            figures["wall_ratio_on_off"] = interval([r["on"]["wall_s"] / r["off"]["wall_s"] for r in ok])
-            figures["added_start_ms"] = interval([added(r, ("prolog", "taskprolog")) for r in ok])
-            figures["added_end_ms"] = interval([added(r, ("epilog",)) for r in ok])
-            figures["epilog_slurmctld_on_ms"] = interval([r["on"]["hooks_ms"].get("epilog-slurmctld", 0.0) for r in ok])
-            figures["tflops_on"] = interval([r["on"]["tflops"] for r in ok])
-            figures["tflops_off"] = interval([r["off"]["tflops"] for r in ok])
+            figures.update(summarise(rows, JOBS[a.job][3]))
         if a.ncu or a.ncu_only:
             figures["ncu"] = ncu_job(c, a.seconds)
     finally:

@@ -32,8 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from gpuperf.diagnosis import phases, roofline  # noqa: E402
-from gpuperf.model import summary  # noqa: E402
+from gpuperf.diagnosis import jobsummary, phases, roofline  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 
 # per-GPU activity shown over each workload's timed work (activity.md): which pipe and tensor kind it used
@@ -46,11 +45,12 @@ WORKLOADS = os.path.join(HERE, "workloads")
 # advice categories a LABEL can name as contradicting it -> what a recommendation of that kind says
 CONTRADICTS: dict[str, str] = {
     "fp8": r"\bFP8\b|Transformer Engine",
-    "bf16": r"\bbf16\b|bfloat16|\bfp16\b|half precision|mixed precision|autocast|lower precision",
+    # recommending bf16/fp16 (not naming it as a condition, "if the job computes in bf16")
+    "bf16": r"lower precision|mixed precision|autocast|half precision|(use|to|switch to|in) (bf16|fp16|bfloat16)\b(?! or)(?!/fp16, not)",
     "tf32": r"\bTF32\b",
     "attention": r"attention",
     "dataloader": r"DataLoader|num_workers|feed the GPU faster",
-    "cuda_graphs": r"CUDA graph|reduce-overhead",
+    "cuda_graphs": r"CUDA graphs?\b(?! would not help)|reduce-overhead",
     "torch_compile": r"torch\.compile",
     "math_roof": r"math roof|less math per result|fewer FLOPs|tensor cores do this math",
     "fewer_bytes": r"fewer bytes|DRAM round trips|intermediates stay on chip",
@@ -68,12 +68,13 @@ def labels(folder: str = WORKLOADS) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _diagnosis(path: str, window: tuple[float, float]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(summary, diagnosis dict) of a 1-GPU job over ``window`` of the recording, as the epilog builds it."""
+def _diagnosis(path: str, window: tuple[float, float], gpus: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary, diagnosis dict) of a job holding ``gpus`` of the recorded GPUs over ``window``, as the epilog
+    builds it (the communication workloads of issue 29 hold 2)."""
     with tempfile.TemporaryDirectory() as d:
         trimmed = fromrecording.trimmed(path, os.path.join(d, "w.jsonl"), window)
-        aggs, series = fromrecording.replay_job(trimmed, job_id=7, node="rec", gpus=1, with_series=True)
-    s = summary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
+        aggs, series = fromrecording.replay_job(trimmed, job_id=7, node="rec", gpus=gpus, with_series=True)
+    s = jobsummary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
     return s, s["diagnosis"]
 
 
@@ -141,7 +142,8 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
     start = float(ach.get("t_proc", ach.get("t_start", 0.0)))
     end = max(float(ach.get("t_end", 0.0)), float(ach.get("t_idle_end", 0.0)))
     # a sweep's rates cover the interval before it: the job window starts one interval before t_proc
-    _, diag = _diagnosis(path, (start - rec.interval_s, end + rec.interval_s))
+    ngpu = int(label.get("gpus", 1))
+    _, diag = _diagnosis(path, (start - rec.interval_s, end + rec.interval_s), ngpu)
     row: dict[str, Any] = {"file": os.path.basename(path), "workload": wl, "gpu": gpu, "label": label["class"],
                            "dtype": label["dtype"], "kind": label["kind"], "framework": label["framework"],
                            "class": diag.get("class"), "busy_class": diag.get("busy_class"),
@@ -154,7 +156,7 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
     rate = label.get("rate")
     if rate and rate in ach:
         t0 = float(ach.get("t_switch", ach["t_start"]))
-        s_w, d_w = _diagnosis(path, (t0, float(ach["t_end"])))
+        s_w, d_w = _diagnosis(path, (t0, float(ach["t_end"])), ngpu)
         est, bracket = estimate(label, s_w, d_w)
         got = float(ach[rate])
         g = (s_w.get("gpus") or [{}])[0]

@@ -108,8 +108,8 @@ class Intake:
         for key, _ in self.sel.select(timeout_s):
             if key.fileobj is self.sock:
                 self._accept(now)
-            else:
-                msg = self._read(self.conns[key.fd], now)
+            elif (c := self.conns.get(key.fd)) is not None and c.sock is key.fileobj:
+                msg = self._read(c, now)
                 if msg is not None:
                     done.append(msg)
         self._expire(time.monotonic())

@@ -63,9 +63,14 @@ def call(user_socket_dir: str, op: str, job: dict | None, timeout_s: float) -> d
         data = framing.recv_part(s, CLIENT_REPLY_MAX, deadline)
     except framing.ZmtpPeer:
         raise OldDaemon(f"{path}: the daemon speaks ZeroMQ (older gpuperf)") from None
-    except (framing.FrameError, framing.Closed) as e:
+    except (framing.FrameError, framing.Closed, ConnectionResetError) as e:
+        s.close()
+        # libzmq drops a peer whose first bytes are not its greeting, sometimes before we read its own:
+        # ask once more, saying nothing, whether the socket greets like ZeroMQ
+        if _greets_like_zeromq(path, min(0.5, max(0.05, deadline - time.monotonic()))):
+            raise OldDaemon(f"{path}: the daemon speaks ZeroMQ (older gpuperf)") from None
         raise UserSocketUnavailable(f"{path}: {e}") from None
-    except OSError as e:  # absent, refused, timed out, reset
+    except OSError as e:  # absent, refused, timed out
         raise UserSocketUnavailable(f"{path}: {e.strerror or e}") from None
     finally:
         s.close()
@@ -76,6 +81,19 @@ def call(user_socket_dir: str, op: str, job: dict | None, timeout_s: float) -> d
     if not isinstance(reply, dict) or reply.get("v") != protocol.VERSION:
         raise UserSocketUnavailable(f"{path}: reply of an unknown protocol version")
     return reply
+
+
+def _greets_like_zeromq(path: str, timeout_s: float) -> bool:
+    """Whether the socket at ``path`` sends a ZeroMQ greeting (0xFF) unasked; this daemon never speaks first."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout_s)
+        s.connect(path)
+        return s.recv(1) == b"\xff"
+    except OSError:
+        return False
+    finally:
+        s.close()
 
 
 @dataclass(eq=False)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuperf.model import gpuspecs
-from gpuperf.model.summary import job_totals
+from gpuperf.model.totals import job_totals
 from gpuperf.diagnosis import advice, phases, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
@@ -94,6 +94,7 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         if line and line not in d.evidence:
             d.evidence.append(line)
     d.recommendations = advice.recommend(d.cls, s, spec, d.roofline, d.findings, d.imbalanced and not unused, th)
+    d.notes += advice.notes(d.busy_class or d.cls, s, spec, d.roofline, th)
     if unused:
         more = advice.recommend(cls, s, spec, d.roofline, d.findings, False, th)
         d.recommendations = (d.recommendations[:1] + [r for r in more if r not in d.recommendations[:1]])[:3]
@@ -161,9 +162,6 @@ def _confidence(cls: str, s: Signals) -> str:
 
 def _notes(s: Signals, summary: dict, th: dict[str, float], cls: str, roof: dict[str, Any] | None = None) -> list[str]:
     notes = []
-    if roof is not None and not roof.get("by_kind") and (s.tensor or 0.0) >= th["tensor_unused_pct"]:
-        notes.append("tensor activity by kind not measured here: tensor work priced at bf16 (FP64 tensor work would "
-                     "read up to 15x high, FP8 2x low)")
     if s.util is not None and s.sm is not None and s.util >= 90 and s.sm < 50:
         notes.append(f"NVML utilization {pct(s.util)} but SM active {pct(s.sm)}: 'utilization' only says a "
                      "kernel was running, not how much of the GPU it used")
@@ -225,9 +223,12 @@ def _roof_line(cls: str, roof: dict[str, Any], spec: gpuspecs.GpuSpec) -> str | 
                 f"its pipe {pct(act)} busy (±{err:.0f}%)")
         if roof.get("working_share_pct"):
             line += f", over the working phases ({roof['working_share_pct']:.0f}% of the job)"
-        if roof.get("bracket"):
+        if roof.get("bracket") and kind == "hmma":
             lo, hi = roof["bracket"]
             line += f"; as TF32 {lo:.0f}" + (f", as FP8 {hi:.0f}" if spec.fp8 else "")
+        elif roof.get("bracket"):
+            lo, hi = roof["bracket"]
+            line += f"; kind not measured: {lo:.0f} (as FP64 tensor) to {hi:.0f} (as FP8/INT8)"
         return line
     if cls == "memory_bound" and roof.get("dram_gbps") is not None:
         return (f"estimated {roof['dram_gbps']:.0f} GB/s per GPU of {spec.mem_bw_gbps:.0f} GB/s peak "

@@ -60,14 +60,23 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
         return "input_bound", [f"GPU utilization {pct(s.util)}: kernels ran {pct(s.util)} of the time, "
                                f"SM active {pct(s.sm)}", *host_evidence(s)]
     # 5. compute vs memory: whichever of the math pipes and the DRAM is further past its threshold
-    # the integer pipe is math too (hashing, index arithmetic): busy past the bar, it bounds the kernels
-    comp = max(s.pipes or 0.0, s.int_pipe or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
+    comp = (s.pipes or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
     mem = (s.dram or 0.0) / th["memory_dram_pct"] if th["memory_dram_pct"] else 0.0
     if max(comp, mem) >= 1.0:
         if mem > comp:
-            return "memory_bound", [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
-        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"
-                                 + (f", integer pipe {pct(s.int_pipe)}" if s.int_pipe is not None else "")]
+            ev = [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
+            if (s.dram or 0.0) < th["roof_near_pct"]:
+                # DRAM activity counts the sectors moved, useful or not
+                ev.append("DRAM below its roof: streaming that does not saturate it, or scattered accesses (gathers, "
+                          "sorts, uncoalesced loads) whose wasted sectors keep it busy; GPM cannot tell them apart, "
+                          "Nsight Compute's memory workload analysis (sectors per request) can")
+            return "memory_bound", ev
+        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"]
+    # 5b. the integer pipe computes every load's and store's address, so streaming kernels keep it busy in
+    # proportion to their traffic: it bounds the kernels only near its roof (hashing, integer math)
+    if s.int_pipe is not None and s.int_pipe >= th["roof_near_pct"]:
+        return "compute_bound", [f"integer pipe {pct(s.int_pipe)} busy, near its roof (tensor {pct(s.tensor)}, FP pipes "
+                                 f"{pct(s.fp_max)}, DRAM {pct(s.dram)}): integer math bounds the kernels"]
     # 6. kernels fill few SMs: launch gaps between small kernels, or grids too small for the GPU
     if spu is not None and spu < th["launch_sm_per_util"]:
         fill = f"GPU utilization {pct(s.util)} but SM active {pct(s.sm)} ({spu:.2f} of the GPU filled while a kernel runs)"
@@ -78,16 +87,18 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
                                 "grids fill few SMs; the figures cannot tell how much is which: an Nsight Systems "
                                 "trace (nsys profile) shows kernel durations and the gaps"]
     # 7. SMs busy, no resource past its bar alone. Math pipes and DRAM together account for the busy
-    # time (each as a share of its bar, summed past 1): a mix of kernels, named by the math where the
-    # pipes reach half their bar (a training step: tensor 26%, DRAM 45%), else by the memory. Short of
-    # that, the warps wait on something that is neither math nor bandwidth.
+    # time (each as a share of its bar, summed past 1): a mix of kernels. Tensor work at half its bar or
+    # more names it compute-bound (a training step: tensor 26%, DRAM 45%); CUDA-core FP work under its bar
+    # beside DRAM traffic is the per-element math of streaming kernels (softmax, normalisation), so
+    # memory-bound. Short of 1, the warps wait on something that is neither math nor bandwidth.
     if s.sm is not None and s.pipes is not None and s.dram is not None:
         mix = f"SM active {pct(s.sm)}, tensor {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM {pct(s.dram)}"
         if comp + mem >= 1.0:
-            if comp >= 0.5:
-                return "compute_bound", [f"{mix}: a mix of math and memory-bound kernels, the math pipes at "
-                                         f"{comp:.1f} of their bar"]
-            return "memory_bound", [f"{mix}: a mix of kernels, DRAM at {mem:.1f} of its bar"]
+            if (s.tensor or 0.0) >= 0.5 * th["compute_pipe_pct"]:
+                return "compute_bound", [f"{mix}: a mix of tensor-core and memory-bound kernels, the tensor pipes at "
+                                         f"{(s.tensor or 0.0) / th['compute_pipe_pct']:.1f} of their bar"]
+            return "memory_bound", [f"{mix}: streaming kernels with some math per element, DRAM at {mem:.1f} of "
+                                    "its bar and no tensor work"]
         return "latency_bound", [f"{mix}, integer pipe {pct(s.int_pipe)}: SMs busy while no math pipe works and DRAM "
                                  "moves little: the warps wait on memory latency, scattered or uncoalesced accesses, "
                                  "atomics or synchronisation; which of these needs Nsight Compute's warp-stall reasons"]

@@ -8,6 +8,7 @@ The controller service runs as its own process (its RSS and descriptors are its 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import struct
@@ -40,15 +41,16 @@ service.serve(cfg, stop, lambda ep: print("READY", ep, flush=True), accounting.S
 class Controller:
     """The controller service in a process of its own, on a free loopback port."""
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, nofile: tuple[int, int] | None = None):
         self.port = _free_port()
         text = (f'[general]\nstate_dir = "{base}"\nlog_file = ""\n[controller]\naddress = "127.0.0.1:{self.port}"\n'
                 f'port = {self.port}\nbind = "0.0.0.0"\n[report]\nadmin_comment = false\n')
         (base / "controller.toml").write_text(text)
         (base / "controller.py").write_text(CONTROLLER)
         self.cfg = config.parse(text)
+        pre = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)) if nofile else None
         self.p = subprocess.Popen([sys.executable, str(base / "controller.py"), str(base / "controller.toml")],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pre)
         line = self.p.stdout.readline()
         assert line.startswith("READY"), line + self.p.stderr.read()
 
@@ -210,3 +212,28 @@ def test_authenticated_senders_together_hold_at_most_the_budget_and_the_rest_ret
     for s in held:
         s.close()
     assert b"busy" in got and b'"retry": true' in got, got
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_descriptor_exhaustion_pauses_accepting_instead_of_spinning(tmp_path, munge):
+    # a file limit below the connection cap: accept() fails with EMFILE; the collector stops accepting for
+    # a moment instead of spinning on a ready listener, and takes a node's summary once descriptors free up
+    c = Controller(tmp_path, nofile=(48, 48))
+    try:
+        held = [c.connect(source=f"127.0.0.{2 + i % 8}") for i in range(80)]
+        time.sleep(0.5)
+        t0 = _cpu_s(c.p.pid)
+        time.sleep(2.0)
+        spent = _cpu_s(c.p.pid) - t0
+        assert c.alive(), c.p.stderr.read()
+        assert spent < 0.6, f"{spent:.2f} s of CPU in 2 s while out of descriptors"
+        for s in held:
+            s.close()
+        time.sleep(0.5)
+        assert transport.send_node_summary(c.cfg, _summary(702))["ok"]
+    finally:
+        c.stop()

@@ -2,7 +2,7 @@
 model: files and parsers"): each example must end within the deadline, allocate at most ``PEAK`` bytes
 (tracemalloc), and raise nothing but the parser's stated error.
 
-Inputs: kernel log records (a user's text can be quoted in one), ``scontrol show job -d`` output with a
+Inputs: kernel log records (a user's text can be quoted in one), ``scontrol show job -d``, ``sacct`` and ``squeue`` output with a
 hostile job name and comment, ``applied/`` and ``env/`` records, the config file's TOML, AdminComment
 text and payloads, affinity plan text, CPU lists.
 """
@@ -230,7 +230,7 @@ def test_an_admincomment_that_inflates_without_end_is_refused():
 def test_a_node_summary_over_any_job_files(env, applied):
     from report_fixtures import aggregates
 
-    from gpuperf.model.summary import node_summary
+    from gpuperf.diagnosis.jobsummary import node_summary
 
     with job_dir() as d:
         (d / CACHE).write_bytes(env)
@@ -241,3 +241,27 @@ def test_a_node_summary_over_any_job_files(env, applied):
         with bounded():
             s = node_summary(aggregates(ngpus=1, seconds=60.0), {"job_dir": str(d), "node": "n1", "job_id": 7})
         assert s["job_id"] == 7
+
+
+class _Canned:
+    """Slurm's CLI replaced by the text it printed (the parsers under it are what is fuzzed)."""
+
+    def __init__(self, text: str):
+        from gpuperf.access.slurm import Slurm
+
+        self.slurm = Slurm("/nonexistent")
+        self.slurm.run = lambda *a, **kw: text          # type: ignore[method-assign]
+
+
+@FUZZ
+@given(text=st.lists(st.one_of(HOSTILE, st.builds(lambda j, c: f"{j}|{c}", st.integers(-5, 10**12), HOSTILE)),
+                     max_size=30).map("\n".join))
+def test_sacct_and_squeue_output(text):
+    s = _Canned(text).slurm
+    with bounded():
+        got = s.sacct_jobs([1, 2], ("JobID", "AdminComment%65535"))
+        assert all(isinstance(k, int) for k in got)
+        s.sacct_rows(("JobID", "User", "AdminComment%65535"), "now-1days")
+        s.job_state(1)
+        s.admin_comment(1)
+        s.sacct_job(1)

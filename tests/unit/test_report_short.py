@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import html, terminal, timechart, units
 from report_fixtures import aggregates, context
 

@@ -294,3 +294,28 @@ def test_replies_waiting_for_slow_readers_stay_within_the_budget(tmp_path):
         for a in peers:
             a.close()
         lst.close()
+
+
+def test_the_client_falls_back_to_zeromq_for_a_daemon_not_yet_restarted_after_an_upgrade(base):
+    # rolling upgrade: the package is new, the running daemon still the old one with a ZeroMQ user socket
+    import json
+    import threading
+
+    zmq = pytest.importorskip("zmq")
+    (base / "usock").mkdir()
+    rep = zmq.Context.instance().socket(zmq.REP)
+    rep.setsockopt(zmq.LINGER, 0)
+    rep.bind(f"ipc://{_user_path(base)}")
+
+    def answer():
+        if rep.poll(10000):
+            assert json.loads(rep.recv())["op"] == "ping"
+            rep.send(b'{"v":1,"ok":true,"old":true}')
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    try:
+        assert _ping(base, timeout_s=5.0) == {"v": 1, "ok": True, "old": True}
+    finally:
+        t.join(5)
+        rep.close(0)

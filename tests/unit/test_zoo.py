@@ -26,7 +26,10 @@ def _matrix():
 
 
 zm = _matrix()
-LABELS = zm.labels()
+# the single-GPU zoo; the 2-GPU communication workloads (zoo_comm_*, issue 29) are recorded on a 2-GPU host by
+# benchmarks/device/h200x2_issue29.sh and tested in tests/unit/test_comm_workloads.py
+TWO_GPU = {n for n, lab in zm.labels().items() if lab.get("gpus", 1) > 1}
+LABELS = {n: lab for n, lab in zm.labels().items() if n not in TWO_GPU}
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +58,8 @@ def test_the_zoo_has_40_labelled_workloads_across_datatypes_kinds_and_frameworks
 
 @pytest.mark.parametrize("gpu", ["h100-80gb-hbm3", "h200"])
 def test_the_zoo_is_recorded_with_per_kind_metrics_and_each_workloads_own_rate(gpu):
-    files = sorted(ZOO.glob(f"zoo_*-{gpu}.jsonl.gz"))
-    assert len(files) >= 40
+    files = [f for f in sorted(ZOO.glob(f"zoo_*-{gpu}.jsonl.gz")) if f.name.split("-")[0] not in TWO_GPU]
+    assert len(files) == len(LABELS) >= 40
     for f in files:
         rec = load_recording(str(f))
         wl = rec.header["workload"]
@@ -78,40 +81,55 @@ def test_the_harness_finds_advice_that_contradicts_a_label():
     got = zm.contradictions(lab, diag)
     assert [c.split(":")[0] for c in got] == ["cuda_graphs", "fp8"]
     assert zm.contradictions({"contradicts": ["tf32"]}, diag) == []
-    rows = [{"class": "a", "label": "a", "contradicts": [], "error_pct": 5.0, "exact": True, "dtype": "bf16",
-             "rate": "tflops", "achieved": 1.0, "estimate": 1.05},
-            {"class": "b", "label": "a", "contradicts": ["x"], "error_pct": -40.0, "exact": True, "dtype": "bf16",
-             "rate": "tflops", "achieved": 1.0, "estimate": 0.6},
-            {"class": "a", "label": "a", "contradicts": [], "error_pct": 300.0, "exact": False, "dtype": "fp32",
-             "rate": "gbps", "achieved": 1.0, "estimate": 4.0}]
-    sc = zm.scores(rows)
+    # a stated bracket is the claim: inside it no error, outside the distance to its nearer end
+    assert zm.judged_error_pct(100.0, 90.0, None) == pytest.approx(-10.0)
+    assert zm.judged_error_pct(100.0, 300.0, [50.0, 200.0]) == 0.0
+    assert zm.judged_error_pct(100.0, 30.0, [20.0, 80.0]) == pytest.approx(-20.0)
+    assert zm.judged_error_pct(100.0, None, None) is None
+
+    def row(cls, err, exact=True, dtype="bf16", contra=()):
+        return {"class": cls, "label": "a", "contradicts": list(contra), "judged_error_pct": err, "exact": exact,
+                "dtype": dtype, "rate": "tflops", "achieved": 1.0, "estimate": 1.0, "stated_error_pct": 15.0,
+                "file": f"{cls}{err}"}
+
+    sc = zm.scores([row("a", 5.0), row("b", -40.0, contra=["x"]), row("a", 300.0, exact=False, dtype="fp32")])
     assert (sc["classed_as_labelled"], sc["with_contradictions"]) == (2, 1)
     assert sc["dtype_max_error_pct"] == {"bf16": 40.0}          # lower-bound byte counts are not judged
+    assert sc["over_stated_error"] == ["b-40.0"]
+    # and a real recording goes the whole way: replayed, summarised, diagnosed, estimated
+    r = zm.evaluate(str(ZOO / "zoo_gemm_fp64-h100-80gb-hbm3.jsonl.gz"), LABELS)
+    assert r["label"] == "compute_bound" and r["class"] in set(CLASSES) | NEW_CLASSES
+    assert r["achieved"] == pytest.approx(54.069) and r["estimate"] is not None
+    assert r["activity"]["tensor_dfma_pct"] > 90 and r["activity"]["tensor_hmma_pct"] < 1
 
 
-# The bars of issue 30 on main's diagnosis as it was when the zoo was recorded (2026-11-25):
-# 51 of 85 recordings classed as labelled (60%), 65 with advice that contradicts their label,
-# fp64 estimates +1523%, tf32 +121%, fp8 -50%, int8 -24%, int32 (integer pipe) -100%.
-# NOT acceptable at the end of issue 30: the diagnosis work removes these marks.
-BASELINE = ("issue 30 baseline, NOT acceptable at the end: 51/85 (60%) classed as labelled, 65 recordings with "
-            "contradicting advice, fp64 estimate +1523%, tf32 +121%, fp8 -50% (benchmarks/results/zoo/)")
+# The bars of issue 30. Before its diagnosis work (main 23cb15a): 54 of 86 recordings classed as labelled
+# (63%), 66 with advice that contradicts their label, fp64 estimates +1523%, tf32 +121%, fp8 -50%.
+# With its first part (main 8e6ffe9): 71/86 (83%), 18 with contradicting advice, int8 judged error 64%,
+# the integer pipe (int32) without an estimate. NOT acceptable at the end of issue 30: the diagnosis
+# work removes these marks once the bars hold.
+# With its diagnosis work (branch diag): 81/86 (94%), no contradicting advice, every datatype within its
+# stated error (derived from the table: tests/unit/test_zoo_errors.py). The 5 left: random gathers and radix
+# sorts read DRAM 55-67% busy (GPM counts the sectors moved, wasted or not: memory-bound by the counters,
+# latency-bound by the label), and the H200 softmax reads DRAM 22% and FP32 16% (neither bound by the
+# counters, memory-bound by the label; it moves the same ~1 TB/s on both GPUs, so not the bandwidth).
+BASELINE = ("issue 30, NOT acceptable at the end: 81/86 (94%) classed as labelled; gathers and sorts read as "
+            "memory-bound, the H200 softmax as latency-bound (benchmarks/results/zoo/matrix.md)")
 
 
-@pytest.mark.xfail(reason=BASELINE, strict=True)
+@pytest.mark.xfail(reason=BASELINE, strict=True, raises=AssertionError)
 def test_at_least_95_percent_of_the_zoo_is_classed_as_labelled(rows):
     wrong = [f"{r['file']}: {r['class']} (label {r['label']})" for r in rows if r["class"] != r["label"]]
     assert zm.scores(rows)["classed_pct"] >= 95.0, wrong
 
 
-@pytest.mark.xfail(reason=BASELINE, strict=True)
 def test_no_recommendation_contradicts_its_label(rows):
     bad = {r["file"]: r["contradicts"] for r in rows if r["contradicts"]}
     assert not bad, bad
 
 
-@pytest.mark.xfail(reason=BASELINE, strict=True)
 def test_every_datatypes_estimate_is_within_its_stated_error(rows):
     sc = zm.scores(rows)
-    over = {d: (round(mx, 1), sc["dtype_stated_error_pct"][d]) for d, mx in sc["dtype_max_error_pct"].items()
-            if mx > sc["dtype_stated_error_pct"][d]}
+    over = {r["file"]: (round(r["judged_error_pct"], 1), r["stated_error_pct"]) for r in rows
+            if r["file"] in sc["over_stated_error"]}
     assert not over and not sc["dtype_missing_estimate"], over
