@@ -22,8 +22,9 @@ from typing import Any, Callable, Mapping
 from _common import window
 from _zoo import T_PROC, cli
 
-# never NVLink multicast (NVLS): on the lent machines it can put the host's shared GPUs out of service
-os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+# never NVLink multicast (NVLS): on the lent machines it can put the host's shared GPUs out of service.
+# Set by run(), not at import: a test that imports this module must not hand it to every later job.
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # NCCL over TCP between two processes of one host: the network path of a multi-node job
 SOCKET_PATH = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"}
 
@@ -154,6 +155,7 @@ def timed_comm(ctx: Ctx, name: str, seconds: float, step: Callable[[], Any], *, 
 
 def run(body: Callable[[Ctx, Any], None], a: Any) -> int:
     """Start the ranks (srun's tasks, or ``a.gpus`` spawned processes) and run ``body(ctx, a)`` in each."""
+    os.environ.update(NO_MULTICAST)  # before torch is imported; spawned ranks inherit it
     if a.device not in ("cuda", "cpu"):
         print(f"--device must be cuda or cpu, not {a.device!r}", file=sys.stderr)
         return 2

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuperf.model import gpuspecs
-from gpuperf.model.summary import job_totals
+from gpuperf.model.totals import job_totals
 from gpuperf.diagnosis import advice, phases, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals

@@ -14,6 +14,7 @@ from typing import Any
 from gpuperf.diagnosis import diagnose, roofline
 from gpuperf.model import gpuspecs, summary
 from gpuperf.model.summary import SCHEMA  # noqa: F401 - the summary's schema, with the summary's makers
+from gpuperf.model.totals import rounded as _r
 
 
 def node_summary(aggregates: dict, context: dict) -> dict:
@@ -74,7 +75,3 @@ def estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
         out["attainable_tflops"] = _r(attainable)
         out["roofline_pct"] = _r(100.0 * tflops / attainable) if attainable > 0 else None
     return out, est
-
-
-def _r(x: float | None, nd: int = 1) -> float | None:
-    return None if x is None else round(x, nd)

@@ -3,8 +3,9 @@
 ``node_part(aggregates, context)`` turns one node's ``JobAggregates.to_dict()`` into a summary's figures;
 ``join(node_summaries, expected_nodes)`` joins the nodes of a multi-node job into one. Both are pure
 apart from reading the env/affinity records the prolog and the tasks left in the job's directory
-(``env.report``, ``affinity.report``). The ``estimates`` and the ``diagnosis`` are the diagnosis'
-(``gpuperf.diagnosis.jobsummary``: ``node_summary`` and ``merge`` give the whole summary).
+(``env.report``, ``affinity.report``); the job-wide totals are ``model.totals``'. The ``estimates``
+and the ``diagnosis`` are the diagnosis' (``gpuperf.diagnosis.jobsummary``: ``node_summary`` and
+``merge`` give the whole summary).
 
 Shape (all numbers rounded; ``None`` where the sampler could not measure, never 0)::
 
@@ -33,10 +34,11 @@ which the controller folds into the fleet fingerprints; the merged job summary l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from gpuperf.files import jobstate, safeio
 from gpuperf.model.load import node_figures
+from gpuperf.model.totals import J_PER_KWH, job_totals, rounded as _r
 
 SCHEMA = "gpuperf.summary.v1"
 
@@ -58,21 +60,13 @@ _MEANS: dict[str, str] = {
     "power_mean_w": "power_w",
     "sm_clock_mhz": "sm_clock_mhz",
 }
-_PCT_KEYS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct", "fp16_active_pct",
-             "fp32_active_pct", "fp64_active_pct", "int_active_pct", "tensor_hmma_pct", "tensor_imma_pct",
-             "tensor_dfma_pct", "tensor_dmma_pct", "util_gpu_pct")
 THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
-J_PER_KWH = 3.6e6
 
 
 def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     return float(x)
-
-
-def _r(x: float | None, nd: int = 1) -> float | None:
-    return None if x is None else round(x, nd)
 
 
 def _stat(metrics: dict, name: str, which: str) -> float | None:
@@ -131,86 +125,6 @@ def _gpu_summary(node: str, index: str, g: dict) -> dict[str, Any]:
     if g.get("xid_count"):
         # NVML XID events while the job ran on this GPU (the daemon's event poll)
         out["xids"] = {"count": int(g["xid_count"]), "codes": sorted({int(x["xid"]) for x in g.get("xids") or []})}
-    return out
-
-
-def _wmean(gpus: list[dict], key: str) -> float | None:
-    """Mean of one per-GPU figure weighted by each GPU's seconds; GPUs without the figure left out."""
-    num = den = 0.0
-    for g in gpus:
-        v = g.get(key)
-        if v is None:
-            continue
-        w = g.get("seconds") or 0.0
-        num += v * w
-        den += w
-    return num / den if den > 0 else None
-
-
-def _sum(gpus: Iterable[dict], key: str) -> float | None:
-    vals = [g[key] for g in gpus if g.get(key) is not None]
-    return sum(vals) if vals else None
-
-
-def _max(gpus: Iterable[dict], key: str) -> float | None:
-    vals = [g[key] for g in gpus if g.get(key) is not None]
-    return max(vals) if vals else None
-
-
-def _spread(gpus: list[dict], key: str) -> float | None:
-    vals = [g[key] for g in gpus if g.get(key) is not None]
-    return max(vals) - min(vals) if len(vals) >= 2 else None
-
-
-def wasted_gpu_seconds(g: dict) -> float:
-    """GPU time not spent on SM work: seconds × (1 − SM active); without SM activity, idle seconds."""
-    seconds = g.get("seconds") or 0.0
-    sm = g.get("sm_active_pct")
-    if sm is not None:
-        return seconds * max(0.0, 1.0 - sm / 100.0)
-    util = g.get("util_gpu_pct")
-    if util is not None:
-        return seconds * max(0.0, 1.0 - util / 100.0)
-    return g.get("idle_s") or 0.0
-
-
-def job_totals(gpus: list[dict]) -> dict[str, Any]:
-    """The job-wide figures from its per-GPU summaries."""
-    out: dict[str, Any] = {"gpu_count": len(gpus)}
-    seconds = sum(g.get("seconds") or 0.0 for g in gpus)
-    out["gpu_hours"] = _r(seconds / 3600.0, 3)
-    out["wasted_gpu_hours"] = _r(sum(wasted_gpu_seconds(g) for g in gpus) / 3600.0, 3)
-    for key in (*_PCT_KEYS, "sm_clock_mhz"):
-        out[key] = _r(_wmean(gpus, key))
-    util, sm = out["util_gpu_pct"], out["sm_active_pct"]
-    out["util_minus_sm_pct"] = _r(util - sm) if util is not None and sm is not None else None
-    out["mem_peak_mib"] = _max(gpus, "mem_peak_mib")
-    out["mem_peak_pct"] = _max(gpus, "mem_peak_pct")
-    out["power_mean_w"] = _r(_sum(gpus, "power_mean_w"))          # all GPUs together
-    out["power_max_w"] = _max(gpus, "power_max_w")                # the highest of one GPU
-    out["power_limit_w"] = _max(gpus, "power_limit_w")
-    out["power_mean_pct_of_limit"] = _r(_wmean([dict(g, x=100.0 * g["power_mean_w"] / g["power_limit_w"])
-                                                for g in gpus if g.get("power_mean_w") is not None
-                                                and g.get("power_limit_w")], "x"))
-    energy = _sum(gpus, "energy_j")
-    out["energy_j"] = _r(energy, 0)
-    out["energy_kwh"] = _r(energy / J_PER_KWH, 4) if energy is not None else None
-    for k in ("nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes"):
-        out[k] = _sum(gpus, k)
-    # mean rate per GPU, the figure comparable with one GPU's link bandwidth
-    out["nvlink_bps"] = _r(_wmean(gpus, "nvlink_bps"), 0)
-    out["pcie_bps"] = _r(_wmean(gpus, "pcie_bps"), 0)
-    thr: dict[str, float] = {}
-    for g in gpus:
-        for k, v in (g.get("throttle_s") or {}).items():
-            thr[k] = _r(thr.get(k, 0.0) + v)
-    out["throttle_s"] = thr
-    idle = _sum(gpus, "idle_s")
-    out["idle_s"] = _r(idle)
-    out["idle_pct"] = _r(100.0 * idle / seconds) if idle is not None and seconds > 0 else None
-    out["temp_max_c"] = _max(gpus, "temp_max_c")
-    out["sm_active_spread_pct"] = _r(_spread(gpus, "sm_active_pct"))
-    out["util_spread_pct"] = _r(_spread(gpus, "util_gpu_pct"))
     return out
 
 

@@ -177,3 +177,19 @@ def test_zoo_rows_from_the_recorded_4x_h200_allreduce_against_the_nvlink_label(t
     # a label the diagnosis does not meet is named WRONG and fails the run
     assert czr.row(rec, dict(czr.label_of("zoo_comm_p2p_copy")))["ok"] is False
     assert czr.main([str(tmp_path / "none")]) == 2
+
+
+def test_importing_the_workloads_helpers_changes_no_environment():
+    """The NVLS-off variables are the ranks' (set by run()); set at import they reached every job the
+    test cluster ran later in the same pytest process (test_env_slurm saw NCCL_NVLS_ENABLE=0 'injected')."""
+    import importlib
+
+    keys = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+    saved = {k: os.environ.pop(k) for k in keys if k in os.environ}
+    try:
+        before = dict(os.environ)
+        importlib.reload(_comm)
+        assert dict(os.environ) == before
+    finally:
+        os.environ.update(saved)
+    assert _comm.NO_MULTICAST["NCCL_NVLS_ENABLE"] == "0"
