@@ -155,3 +155,15 @@ def test_a_payload_with_an_unknown_dictionary_is_a_clear_error():
     blob = z.compress(b'{"a":1}') + z.flush()
     with pytest.raises(admincomment.AdminCommentError, match="dictionary"):
         admincomment.decode("gpuperf:v1 z=" + admincomment.b32_lower(blob))
+
+
+def test_the_cluster_stores_job_blobs_read_in_both_forms():
+    import zlib
+
+    from gpuperf.controller import clusterstore
+    from gpuperf.files import jsoncodec
+
+    s = summary.node_summary(aggregates(ngpus=2), context())
+    # rows written before the preset dictionary (plain zlib JSON) and rows written now (the payload's bytes)
+    assert clusterstore._unpack(zlib.compress(jsoncodec.dumps(s), 6)) == s
+    assert clusterstore._unpack(admincomment.compressed(s)) == s
