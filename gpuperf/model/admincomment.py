@@ -66,7 +66,7 @@ def headline(summary: dict) -> list[tuple[str, str]]:
 def compressed(summary: dict) -> bytes:
     """The summary as the ``z=`` payload carries it before base32: compact JSON, zlib level 6 (level 9
     made an 8-GPU summary 0.7 % smaller for twice the controller's CPU per job) with the summary's
-    vocabulary as preset dictionary (an 8-GPU node's payload 40 % smaller: benchmarks/report_sizes.py)."""
+    vocabulary as preset dictionary (an 8-GPU node's payload 36-42 % smaller: benchmarks/report_sizes.py)."""
     z = zlib.compressobj(6, zdict=acvocab.CURRENT)
     return z.compress(jsoncodec.dumps(summary)) + z.flush()
 
