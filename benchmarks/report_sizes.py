@@ -52,13 +52,14 @@ def main() -> int:
     print(f"recordings (GPU i plays recording i mod {len(paths)}): {', '.join(Path(p).name for p in paths)}")
     print(f"{'shape':<10} {'summary B':>10} {'AdminComment B':>15} {'truncated':>10}")
     for name, parts in shapes.items():
-        s = parts[0] if len(parts) == 1 else summary.merge(parts, [p["nodes"][0] for p in parts])
+        # what the controller writes: the merged summary (one node's keeps its diagnosis, drops its fleet figures)
+        s = summary.merge(parts, [p["nodes"][0] for p in parts])
         text = admincomment.encode(s)
         dropped = admincomment.decode(text).get("truncated") or []
         print(f"{name:<10} {len(json.dumps(s, separators=(',', ':'))):>10} {len(text.encode()):>15} "
               f"{','.join(dropped) or 'no':>10}")
     print("AdminComment of one 8-GPU node, first 120 characters (sacct -o AdminComment%120):")
-    print(admincomment.encode(shapes["8 GPUs"][0])[:120])
+    print(admincomment.encode(summary.merge(shapes["8 GPUs"], ["n1"]))[:120])
     return 0
 
 

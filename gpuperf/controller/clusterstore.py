@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuperf.files import jsoncodec, statefiles
+from gpuperf.model import admincomment
 from gpuperf.model import series as series_mod
 
 _SCHEMA = """
@@ -50,7 +51,8 @@ def _pack(summary: dict) -> bytes:
 
 
 def _unpack(blob: bytes) -> dict:
-    return jsoncodec.loads(zlib.decompress(blob))
+    # a job's blob is its AdminComment payload's bytes (``admincomment.compressed``: preset dictionary)
+    return jsoncodec.loads(admincomment.inflate(blob, 1 << 30))
 
 
 class ClusterStore:

@@ -18,7 +18,7 @@ from gpuperf.files import jobstate, log
 
 
 def node_links(cfg: Any) -> dict[str, Any]:
-    """``gpu_links`` ({index: {"gen", "width"}}) and ``gpudirect_rdma`` from the node's topology (the daemon's
+    """``gpu_links`` ({index: {"gen", "width"}}), ``gpudirect_rdma`` and ``gpudirect_storage`` from the node's topology (the daemon's
     health checks keep it fresh); {} where it cannot be read: the summary then uses the GPU model's link."""
     try:
         from gpuperf import topology
@@ -26,7 +26,8 @@ def node_links(cfg: Any) -> dict[str, Any]:
         topo = topology.load_node_once(topology.node_root(cfg)).topology
         links = {str(g["index"]): {"gen": (g.get("pcie") or {}).get("gen"), "width": (g.get("pcie") or {}).get("width")}
                  for g in topo.get("gpus") or [] if isinstance(g, dict) and "index" in g}
-        return {"gpu_links": links, "gpudirect_rdma": (topo.get("gdr") or {}).get("loaded")}
+        return {"gpu_links": links, "gpudirect_rdma": (topo.get("gdr") or {}).get("loaded"),
+                "gpudirect_storage": (topo.get("gds") or {}).get("loaded")}
     except Exception as e:  # noqa: BLE001 - the node's topology is evidence, never a reason to lose the summary
         log.get("daemon").warning("summary without the node's PCIe links: %s: %s", type(e).__name__, e)
         return {}

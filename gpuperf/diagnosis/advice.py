@@ -182,9 +182,16 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
             r.append("copy from pinned (page-locked) host memory, asynchronously and overlapped with compute "
                      "(pin_memory=True, non_blocking=True, a side CUDA stream): pageable copies go through a staging "
                      "buffer at a fraction of the link's rate")
-        if s.gdr:
-            r.append("this node has GPUDirect RDMA (nvidia_peermem): data that arrives over the network can land in "
-                     "GPU memory directly (NCCL, UCX, storage clients that use it), without the host copy")
+        # GPUDirect only where the node's topology found its module (three recommendations at most: one line)
+        direct = (["GPUDirect RDMA (nvidia_peermem): data that arrives over the network can land in GPU memory "
+                   "directly (NCCL, UCX, storage clients that use it)"] if s.gdr else []) + \
+                 (["GPUDirect Storage (nvidia_fs): file data (NVMe, parallel file systems) can move between storage "
+                   "and GPU memory directly (cuFile, KvikIO, DALI's GDS reader)"] if s.gds else [])
+        if direct:
+            r.append("this node has " + "; and ".join(direct) + ", without the copy through host memory")
+        elif s.gds is False:
+            r.append("fewer, larger transfers: batch many small copies into one; for file data GPUDirect Storage "
+                     "would skip the host bounce, but this node lacks it (nvidia_fs not loaded: an admin's install)")
         else:
             r.append("fewer, larger transfers: batch many small copies into one")
         return r

@@ -55,6 +55,7 @@ class Signals:
     dmma: float | None = None
     fp16: float | None = None
     gdr: bool | None = None             # GPUDirect RDMA loaded on every node (None: not known)
+    gds: bool | None = None             # GPUDirect Storage (nvidia_fs) loaded on every node (None: not known)
 
     @property
     def pcie_dir_gbps(self) -> float | None:
@@ -144,6 +145,7 @@ def signals(summary: dict, series: dict | None = None) -> Signals:
         dmma=_max(num(job.get("tensor_dmma_pct")), num(job.get("tensor_dfma_pct"))),
         **dict(zip(("pcie_link_gbps", "pcie_link_from"), pcie_link(gpus))),
         gdr=_all_known([h.get("gpudirect_rdma") for h in hosts]),
+        gds=_all_known([h.get("gpudirect_storage") for h in hosts]),
     )
 
 

@@ -5,7 +5,8 @@ energy=2.51kwh idle=0 z=<payload>``; a job that left GPUs unused leads with them
 ``class=unused_gpus unused=1/2 wasted=0.004gpuh busy=compute_bound gpus=2 ...``; a class resting on
 NVML utilization alone adds ``conf=low``. The headline is lowercase ``key=value`` pairs a person reads
 in ``sacct -o AdminComment%120``; ``z=`` holds the full summary as zlib-compressed compact JSON
-in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
+(with the preset dictionary of ``acvocab``, named in the zlib header by its Adler-32; payloads written
+before it, plain zlib, still decode) in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
 back; it has no quotes for sacctmgr to turn into backticks (FACTS.md).
 """
 
@@ -17,6 +18,7 @@ import zlib
 from typing import Any
 
 from gpuperf.files import jsoncodec
+from gpuperf.model import acvocab
 
 PREFIX = "gpuperf:v1"
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
@@ -63,8 +65,25 @@ def headline(summary: dict) -> list[tuple[str, str]]:
 
 def compressed(summary: dict) -> bytes:
     """The summary as the ``z=`` payload carries it before base32: compact JSON, zlib level 6 (level 9
-    made an 8-GPU summary 0.7 % smaller for twice the controller's CPU per job)."""
-    return zlib.compress(jsoncodec.dumps(summary), 6)
+    made an 8-GPU summary 0.7 % smaller for twice the controller's CPU per job) with the summary's
+    vocabulary as preset dictionary (an 8-GPU node's payload 36-42 % smaller: benchmarks/report_sizes.py)."""
+    z = zlib.compressobj(6, zdict=acvocab.CURRENT)
+    return z.compress(jsoncodec.dumps(summary)) + z.flush()
+
+
+def inflate(blob: bytes, max_bytes: int = MAX_DECODED_BYTES) -> bytes:
+    """``compressed``'s bytes, or plain zlib (payloads and stores written before the dictionary), inflated;
+    ValueError past ``max_bytes`` or for a dictionary gpuperf does not know, zlib.error when damaged."""
+    zdict = None
+    if len(blob) >= 6 and blob[1] & 0x20:       # FDICT: the dictionary's Adler-32 follows the 2-byte header
+        zdict = acvocab.BY_ID.get(int.from_bytes(blob[2:6], "big"))
+        if zdict is None:
+            raise ValueError("compressed with a preset dictionary this gpuperf does not know")
+    z = zlib.decompressobj(zdict=zdict) if zdict is not None else zlib.decompressobj()
+    raw = z.decompress(blob, max_bytes)
+    if z.unconsumed_tail:   # a payload of 40 KB may inflate to 40 GB: stop at the bound
+        raise ValueError(f"inflates past {max_bytes} bytes")
+    return raw
 
 
 _B32 = b"abcdefghijklmnopqrstuvwxyz234567"
@@ -181,11 +200,7 @@ def decode(text: str) -> dict:
     payload = payload.strip("`'\"").upper()
     payload += "=" * (-len(payload) % 8)
     try:
-        z = zlib.decompressobj()
-        raw = z.decompress(base64.b32decode(payload), MAX_DECODED_BYTES)
-        if z.unconsumed_tail:   # a payload of 40 KB may inflate to 40 GB: stop at the bound
-            raise ValueError(f"inflates past {MAX_DECODED_BYTES} bytes")
-        summary = jsoncodec.loads(raw)
+        summary = jsoncodec.loads(inflate(base64.b32decode(payload)))
     except RecursionError:
         raise AdminCommentError("AdminComment payload is nested too deeply") from None
     except (ValueError, zlib.error) as e:

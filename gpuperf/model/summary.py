@@ -203,8 +203,8 @@ def node_part(aggregates: dict, context: dict) -> dict:
 
     context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, gpu_names
     ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name, gpu_links ({"0": {"gen": 5,
-    "width": 16}}: each GPU's PCIe link from the node's topology) and gpudirect_rdma (whether the node's
-    GPUDirect RDMA module is loaded).
+    "width": 16}}: each GPU's PCIe link from the node's topology), gpudirect_rdma and gpudirect_storage
+    (whether the node's GPUDirect RDMA module, nvidia_peermem, and GPUDirect Storage's, nvidia_fs, are loaded).
     """
     node = str(context.get("node") or aggregates.get("node") or "")
     gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]
@@ -236,8 +236,8 @@ def node_part(aggregates: dict, context: dict) -> dict:
         "gpus": gpus,
         "job": job_totals(gpus),
         "hosts": {node: dict(host_summary(aggregates.get("host")),
-                             **({"gpudirect_rdma": context["gpudirect_rdma"]}
-                                if isinstance(context.get("gpudirect_rdma"), bool) else {}))},
+                             **{k: context[k] for k in ("gpudirect_rdma", "gpudirect_storage")
+                                if isinstance(context.get(k), bool)})},
         "env": {node: env} if env is not None else {},
         "affinity": {node: affinity} if affinity is not None else {},
         "estimates": None,

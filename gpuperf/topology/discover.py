@@ -154,6 +154,24 @@ def _gdr(root: Root) -> dict[str, Any]:
     return {"module": "nvidia_peermem", "loaded": False}
 
 
+_NVFS_VERSION = re.compile(r"NVFS Driver\(version:\s*([0-9][0-9:.]*)\)")
+
+
+def _gds(root: Root) -> dict[str, Any]:
+    """GPUDirect Storage: NVIDIA's nvidia-fs kernel module (``/sys/module/nvidia_fs``), with its version from
+    ``/proc/driver/nvidia-fs/stats`` ("NVFS Driver(version: 2:7:47)", NVIDIA's GDS troubleshooting guide)."""
+    if not root.exists("sys/module"):
+        return {"module": None, "loaded": None}
+    if not root.exists("sys/module", "nvidia_fs"):
+        return {"module": "nvidia_fs", "loaded": False}
+    root.read("sys/module", "nvidia_fs", "initstate")  # recorded so the fixture keeps the directory
+    out: dict[str, Any] = {"module": "nvidia_fs", "loaded": True}
+    m = _NVFS_VERSION.search(root.read("proc/driver/nvidia-fs/stats") or "")
+    if m:
+        out["version"] = m.group(1).replace(":", ".")
+    return out
+
+
 def discover(root: Root, snap: dict[str, Any] | None, source: str = "live") -> dict[str, Any]:
     """The whole topology dict of the node behind ``root`` and ``snap`` (the gpus.json dict, or None)."""
     notes: list[str] = []
@@ -189,5 +207,6 @@ def discover(root: Root, snap: dict[str, Any] | None, source: str = "live") -> d
         "nics": found_nics,
         "pcie_paths": paths,
         "gdr": _gdr(root),
+        "gds": _gds(root),
         "notes": notes,
     }

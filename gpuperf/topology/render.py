@@ -88,6 +88,10 @@ def render(t: dict[str, Any]) -> str:
     gdr = t.get("gdr") or {}
     state = {True: "loaded", False: "not loaded", None: "unknown"}[gdr.get("loaded")]
     out.append(f"GPUDirect RDMA: {_v(gdr.get('module'))} {state}")
+    gds = t.get("gds") or {}
+    state = {True: "loaded", False: "not loaded", None: "unknown"}[gds.get("loaded")]
+    version = f" (version {gds['version']})" if gds.get("version") else ""
+    out.append(f"GPUDirect Storage: {_v(gds.get('module'))} {state}{version}")
     for note in t.get("notes") or []:
         out.append(f"note: {note}")
     return "\n".join(out) + "\n"

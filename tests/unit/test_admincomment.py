@@ -96,3 +96,74 @@ def test_fast_base32_is_the_standard_librarys_lowercased_without_padding(data):
     import base64
 
     assert admincomment.b32_lower(data) == base64.b32encode(data).decode("ascii").rstrip("=").lower()
+
+
+KINDS = {"int_active_pct": 30.0, "tensor_hmma_pct": 70.0, "tensor_imma_pct": 4.0, "tensor_dfma_pct": 1.0,
+         "tensor_dmma_pct": 2.0}
+MARGIN = 0.10   # headroom kept under the 4 KiB of one 8-GPU node: the next fields must not drop the env's reasons
+
+
+def _full_8_gpu_node() -> dict:
+    """An 8-GPU node's summary with every field the diagnosis added filled: per-kind tensor and integer
+    activity, each GPU's PCIe link, GPUDirect, and phases from a recorded job's series."""
+    from gpuperf.report import fromrecording
+
+    ctx = context(gpu_links={str(i): {"gen": 5, "width": 16} for i in range(8)}, gpudirect_rdma=True,
+                  gpudirect_storage=True)
+    _, series = fromrecording.replay_job("tests/data/recordings/phases-h100-80gb-hbm3.jsonl.gz", gpus=8,
+                                         with_series=True)
+    s = summary.node_summary(aggregates(ngpus=8, seed=7, **KINDS), dict(ctx, series=series))
+    assert s["diagnosis"]["phases"] and s["diagnosis"]["roofline"]["by_kind"]
+    assert all(g.get(k) is not None for g in s["gpus"] for k in KINDS)
+    return s
+
+
+def test_a_full_8_gpu_node_keeps_a_tenth_of_its_4_kib_free():
+    s = summary.merge([_full_8_gpu_node()], ["n1"])     # what the controller writes
+    text = admincomment.encode(s)
+    assert len(text.encode()) <= admincomment.NODE_BUDGET_BYTES * (1 - MARGIN), len(text.encode())
+    assert admincomment.decode(text) == s and "truncated" not in admincomment.decode(text)
+
+
+def test_payloads_written_before_the_preset_dictionary_still_decode():
+    # an AdminComment the codec wrote before acvocab (plain zlib), kept verbatim
+    import json
+
+    text = open("tests/data/admincomment_plain_zlib.txt").read()
+    s = admincomment.decode(_sacctmgr_22_05(text))
+    assert s["job_id"] == 42 and len(s["gpus"]) == 1 and s["diagnosis"]["class"]
+    assert hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest() == \
+        "481621a47540208b0b474bd4308e0f161006afd260e1802ecde6d3623577c126"
+
+
+def test_the_preset_dictionaries_are_never_edited():
+    import zlib
+
+    from gpuperf.model import acvocab
+
+    # a payload names its dictionary by Adler-32: an edited one would leave every written AdminComment unreadable
+    assert {k: zlib.adler32(v) for k, v in acvocab.BY_ID.items()} == {1365325987: 1365325987}
+    assert acvocab.CURRENT in acvocab.BY_ID.values()
+    blob = admincomment.compressed({"a": 1})
+    assert blob[1] & 0x20 and int.from_bytes(blob[2:6], "big") == zlib.adler32(acvocab.CURRENT)
+
+
+def test_a_payload_with_an_unknown_dictionary_is_a_clear_error():
+    import zlib
+
+    z = zlib.compressobj(6, zdict=b"some other vocabulary")
+    blob = z.compress(b'{"a":1}') + z.flush()
+    with pytest.raises(admincomment.AdminCommentError, match="dictionary"):
+        admincomment.decode("gpuperf:v1 z=" + admincomment.b32_lower(blob))
+
+
+def test_the_cluster_stores_job_blobs_read_in_both_forms():
+    import zlib
+
+    from gpuperf.controller import clusterstore
+    from gpuperf.files import jsoncodec
+
+    s = summary.node_summary(aggregates(ngpus=2), context())
+    # rows written before the preset dictionary (plain zlib JSON) and rows written now (the payload's bytes)
+    assert clusterstore._unpack(zlib.compress(jsoncodec.dumps(s), 6)) == s
+    assert clusterstore._unpack(admincomment.compressed(s)) == s

@@ -196,7 +196,7 @@ def test_the_daemon_hands_the_summary_each_gpus_link_and_gpudirect_from_the_node
 
     root = Path(__file__).resolve().parents[1] / "data" / "nodes"
     links = node_links(NS(general=NS(node_root=str(root / "h100-vm"))))
-    assert links == {"gpu_links": {"0": {"gen": 5, "width": 16}}, "gpudirect_rdma": False}
+    assert links == {"gpu_links": {"0": {"gen": 5, "width": 16}}, "gpudirect_rdma": False, "gpudirect_storage": False}
     a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
                                "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
     s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=True))
@@ -206,6 +206,29 @@ def test_the_daemon_hands_the_summary_each_gpus_link_and_gpudirect_from_the_node
     # without GPUDirect on the node, no advice to use it
     s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=False))
     assert "GPUDirect" not in " ".join(s["diagnosis"]["recommendations"])
+
+
+def test_gpudirect_storage_is_named_only_where_nvidia_fs_is_loaded(tmp_path):
+    from types import SimpleNamespace as NS
+    from gpuperf.daemon.deliver import node_links
+    from test_topology import _with_nvidia_fs
+
+    assert node_links(NS(general=NS(node_root=_with_nvidia_fs(tmp_path))))["gpudirect_storage"] is True
+    a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
+                               "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
+    ctx = {"gpu_links": {"0": {"gen": 4, "width": 8}}}
+    loaded = summary.node_summary(a, context(**ctx, gpudirect_storage=True))
+    assert loaded["hosts"]["n1"]["gpudirect_storage"] is True and loaded["diagnosis"]["class"] == "transfer_bound"
+    r = " ".join(loaded["diagnosis"]["recommendations"])
+    assert "this node has GPUDirect Storage (nvidia_fs)" in r and "cuFile" in r
+    absent = " ".join(summary.node_summary(a, context(**ctx, gpudirect_storage=False))["diagnosis"]["recommendations"])
+    assert "GPUDirect Storage would" in absent and "nvidia_fs not loaded" in absent and "this node has" not in absent
+    unknown = summary.node_summary(a, context(**ctx))          # an older node, no topology: not a word of it
+    assert "GPUDirect" not in " ".join(unknown["diagnosis"]["recommendations"])
+    assert "gpudirect_storage" not in unknown["hosts"]["n1"]
+    # not a transfer-bound job: GDS is never advised, loaded or not
+    busy = summary.node_summary(aggregates(ngpus=1, tensor_active_pct=90.0), context(gpudirect_storage=True))
+    assert "GPUDirect" not in " ".join(busy["diagnosis"]["recommendations"])
 
 
 def test_peer_copies_over_nvlink_with_idle_sms_are_transfers_and_collectives_stay_communication():

@@ -309,3 +309,33 @@ def test_import_stays_light():
             "print(bad); sys.exit(1 if bad else 0)") % HGX
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# NVIDIA's GDS troubleshooting guide ("Displaying GDS NVIDIA FS Driver Statistics"): the stats file's head
+NVFS_STATS = ("GDS Version: 1.0.0.71\nNVFS statistics(ver: 4.0)\nNVFS Driver(version: 2:7:47)\n"
+              "Mellanox PeerDirect Supported: True\nIO stats: Enabled, peer IO stats: Enabled\n")
+
+
+def _with_nvidia_fs(tmp_path, stats: str | None = NVFS_STATS) -> str:
+    """The recorded h100-vm node with GPUDirect Storage's module loaded (as /sys/module and procfs show it)."""
+    node = tmp_path / "h100-vm-gds"
+    shutil.copytree(H100_VM, node, symlinks=True)
+    (node / "sys" / "module" / "nvidia_fs").mkdir(parents=True)
+    (node / "sys" / "module" / "nvidia_fs" / "initstate").write_text("live\n")
+    if stats is not None:
+        (node / "proc" / "driver" / "nvidia-fs").mkdir(parents=True)
+        (node / "proc" / "driver" / "nvidia-fs" / "stats").write_text(stats)
+    return str(node)
+
+
+def test_gpudirect_storage_is_told_from_the_nvidia_fs_module():
+    assert load_node(H100_VM).topology["gds"] == {"module": "nvidia_fs", "loaded": False}   # recorded: absent
+
+
+def test_gpudirect_storage_loaded_with_its_driver_version(tmp_path):
+    t = load_node(_with_nvidia_fs(tmp_path)).topology
+    assert t["gds"] == {"module": "nvidia_fs", "loaded": True, "version": "2.7.47"}
+    assert "GPUDirect Storage: nvidia_fs loaded (version 2.7.47)" in render.render(t).splitlines()
+    # the module without a readable stats file (procfs not recorded, or not readable): loaded, no version
+    assert load_node(_with_nvidia_fs(tmp_path / "b", stats=None)).topology["gds"] == \
+        {"module": "nvidia_fs", "loaded": True}
