@@ -91,7 +91,7 @@ class Service:
     def _take_notices(self) -> None:
         got = notices.read(self.spool)
         for _, n in got:
-            self.queue.add(n.job_id, n.nodes, n.user, n.uid, n.ended)
+            self.queue.add(n.job_id, n.nodes, n.user, n.uid, n.ended, job_ref=n.job_ref)
         if got:
             self.store.db.commit()  # queued for good before the files go
             notices.remove([p for p, _ in got])
@@ -181,7 +181,7 @@ class Service:
                 self._merge(e, {}, now)
 
     def _merge(self, e, parts: dict[str, dict], now: float, orphan: bool = False) -> None:
-        merged = merge.merge_job(parts, e.nodes, {"job_id": e.job_id, "user": e.user, "uid": e.uid},
+        merged = merge.merge_job(parts, e.nodes, {"job_id": e.job_id, "user": e.user, "uid": e.uid, "job_ref": e.job_ref},
                                  None if orphan else e.ended, self.store.node_copies(e.job_id),
                                  thresholds=self.cfg.report.thresholds,
                                  orphan_after_s=self.cfg.controller.orphan_after_s if orphan else None,

@@ -3,9 +3,10 @@
 Form: ``gpuperf:v1 class=compute_bound gpus=8 tensor=94 sm=96 util=100 mem=45 power=698w
 energy=2.51kwh idle=0 z=<payload>``; a job that left GPUs unused leads with them:
 ``class=unused_gpus unused=1/2 wasted=0.004gpuh busy=compute_bound gpus=2 ...``; a class resting on
-NVML utilization alone adds ``conf=low``. The headline is lowercase ``key=value`` pairs a person reads
-in ``sacct -o AdminComment%120``; ``z=`` holds the full summary as zlib-compressed compact JSON
-in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
+NVML utilization alone adds ``conf=low``; an array task or het component ends it with its name,
+``job=8_3`` or ``job=10+1`` (a plain job's id is its name: sacct's JobID says it). The headline is
+lowercase ``key=value`` pairs a person reads in ``sacct -o AdminComment%120``; ``z=`` holds the full
+summary as zlib-compressed compact JSON in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
 back; it has no quotes for sacctmgr to turn into backticks (FACTS.md).
 """
 
@@ -17,6 +18,7 @@ import zlib
 from typing import Any
 
 from gpuperf.files import jsoncodec
+from gpuperf.model import jobref
 
 PREFIX = "gpuperf:v1"
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
@@ -58,7 +60,11 @@ def headline(summary: dict) -> list[tuple[str, str]]:
         pairs.append(("imbalanced", "1"))
     if q.get("partial"):
         pairs.append(("partial", "1"))
+    name = jobref.task_or_component(summary.get("job_ref"))
+    if name:
+        pairs.append(("job", name))
     return pairs
+
 
 
 def compressed(summary: dict) -> bytes:
