@@ -36,6 +36,23 @@ def test_judge_only_what_sacct_shows_counts_as_written():
     assert accounting.judge(items[:1], {}, "sacctmgr: down") == {1: "sacctmgr: down"}
 
 
+def test_array_tasks_and_het_components_are_written_by_name_not_by_raw_id(tmp_path):
+    """sacctmgr's jobid=<raw id> selects every task of the array (or component of the het job) whose id that
+    is too: the raw id of an array's last task wrote its comment over its siblings' (seen on 22.05)."""
+    items = [(12, "gpuperf:v1 class=idle gpus=1 job=8_3 z=aa"), (20, "gpuperf:v1 class=idle gpus=1 job=20+0 z=aa"),
+             (5, "gpuperf:v1 class=idle gpus=1 z=aa"), (6, "gpuperf:v1 class=idle job=6_1.batch z=aa"), (7, "other")]
+    assert accounting.names(items) == {12: "8_3", 20: "20+0"}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacctmgr").write_text(f"#!/bin/sh\ncat > {tmp_path}/script\n")
+    (bin_dir / "sacctmgr").chmod(0o755)
+    from gpuperf.access.slurm import Slurm
+
+    Slurm(str(bin_dir)).set_admin_comments_db(items[:3], {**accounting.names(items), 5: "5_1 x"})
+    where = [ln.split()[3] for ln in (tmp_path / "script").read_text().splitlines()]
+    assert where == ["jobid=8_3", "jobid=20+0", "jobid=5"]
+
+
 @pytest.mark.parametrize("expr, names", [
     ("n1", ["n1"]), ("gpu[01-03,7]", ["gpu01", "gpu02", "gpu03", "gpu7"]),
     ("a[1-2],b3", ["a1", "a2", "b3"]), ("r[1-2]n[08-09]", ["r1n08", "r1n09", "r2n08", "r2n09"]), ("", []),
