@@ -61,9 +61,6 @@ def merge_job(parts: dict[str, dict], expected: list[str], ident: dict[str, Any]
             notes.append(f"{node}: delivered its summary {n} times (a resend after a lost reply); the last one is kept")
     merged = jobsummary.merge(fixed, expected, thresholds=thresholds)
     merged["job_id"] = int(ident["job_id"])
-    if ident.get("job_ref"):
-        # an array task's or het component's name (8_3, 10+1) from slurmctld's notice: the AdminComment's headline
-        merged["job_ref"] = str(ident["job_ref"])
     # slurmctld's word on the owner wins over the nodes' (reports are shown to this uid only)
     for k in ("user", "uid"):
         if ident.get(k) is not None:

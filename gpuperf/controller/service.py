@@ -181,7 +181,7 @@ class Service:
                 self._merge(e, {}, now)
 
     def _merge(self, e, parts: dict[str, dict], now: float, orphan: bool = False) -> None:
-        merged = merge.merge_job(parts, e.nodes, {"job_id": e.job_id, "user": e.user, "uid": e.uid, "job_ref": e.job_ref},
+        merged = merge.merge_job(parts, e.nodes, {"job_id": e.job_id, "user": e.user, "uid": e.uid},
                                  None if orphan else e.ended, self.store.node_copies(e.job_id),
                                  thresholds=self.cfg.report.thresholds,
                                  orphan_after_s=self.cfg.controller.orphan_after_s if orphan else None,
@@ -201,7 +201,9 @@ class Service:
         if orphan:
             self.queue.set_merged(e.job_id, None, "orphan", now)
         elif self.cfg.report.admin_comment:
-            self.queue.set_merged(e.job_id, admincomment.encode(merged, raw=raw), "write", now)
+            # an array task's or het component's name (slurmctld's notice) in the headline only: the payload
+            # is the stored summary's bytes, and readers name a job through Slurm (jobrecords)
+            self.queue.set_merged(e.job_id, admincomment.encode(merged, raw=raw, name=e.job_ref), "write", now)
         else:
             self.queue.set_merged(e.job_id, None, "skipped", now)
         merge.record(self.cfg.general.run_dir, e.job_id,

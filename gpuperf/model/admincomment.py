@@ -38,8 +38,9 @@ def _fmt(x: Any, unit: str = "", nd: int = 0) -> str:
     return f"{x:.{nd}f}{unit}"
 
 
-def headline(summary: dict) -> list[tuple[str, str]]:
-    """The readable key=value pairs: class, tensor/SM/util/memory %, power, energy, idle %, GPUs."""
+def headline(summary: dict, name: str | None = None) -> list[tuple[str, str]]:
+    """The readable key=value pairs: class, tensor/SM/util/memory %, power, energy, idle %, GPUs; last
+    ``job=<name>`` when ``name`` is an array task's or het component's (``8_3``, ``10+1``)."""
     job = summary.get("job") or {}
     diag = summary.get("diagnosis") or {}
     q = summary.get("quality") or {}
@@ -60,7 +61,7 @@ def headline(summary: dict) -> list[tuple[str, str]]:
         pairs.append(("imbalanced", "1"))
     if q.get("partial"):
         pairs.append(("partial", "1"))
-    name = jobref.task_or_component(summary.get("job_ref"))
+    name = jobref.task_or_component(name)
     if name:
         pairs.append(("job", name))
     return pairs
@@ -142,12 +143,13 @@ def budget(summary: dict) -> int:
     return min(SACCT_MAX_BYTES, NODE_BUDGET_BYTES * max(1, len(summary.get("nodes") or [])))
 
 
-def encode(summary: dict, max_bytes: int | None = None, raw: bytes | None = None) -> str:
+def encode(summary: dict, max_bytes: int | None = None, raw: bytes | None = None, name: str | None = None) -> str:
     """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes.
 
-    ``raw``: ``compressed(summary)`` when the caller has it already (the controller stores the same bytes)."""
+    ``raw``: ``compressed(summary)`` when the caller has it already (the controller stores the same bytes);
+    ``name``: the job as users name it, shown (``job=``) for an array task or het component only."""
     max_bytes = budget(summary) if max_bytes is None else max_bytes
-    head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary)])
+    head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary, name)])
     for level in range(5):
         body = _pack(summary, raw) if level == 0 else _pack(_slim(summary, level))
         text = f"{head} z={body}"

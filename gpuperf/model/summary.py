@@ -27,8 +27,6 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
      "diagnosis": {"class", "confidence", "imbalanced", "evidence": [..], "recommendations": [..], "findings": [..],
                    "roofline": {..}, "unused": {..}|None, "busy_class", "phases": [..]}}
 
-A merged summary of an array task or a het component carries also ``job_ref`` (``8_3``, ``10+1``: from
-slurmctld's job-end notice, the AdminComment headline's ``job=``); a plain job's has none.
 A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/model/load.py``),
 which the controller folds into the fleet fingerprints; the merged job summary leaves it out.
 """
