@@ -6,8 +6,8 @@ energy=2.51kwh idle=0 z=<payload>``; a job that left GPUs unused leads with them
 NVML utilization alone adds ``conf=low``; an array task or het component ends it with its name,
 ``job=8_3`` or ``job=10+1`` (a plain job's id is its name: sacct's JobID says it). The headline is
 lowercase ``key=value`` pairs a person reads in ``sacct -o AdminComment%120``; ``z=`` holds the full
-summary as zlib-compressed compact JSON in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
-back; it has no quotes for sacctmgr to turn into backticks (FACTS.md).
+summary as zlib-compressed compact JSON in base32 without padding, lowercased. Base32 uses one case
+only, so decoding upper-cases it back; it has no quotes for sacctmgr to turn into backticks (FACTS.md).
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ def headline(summary: dict, name: str | None = None) -> list[tuple[str, str]]:
     if name:
         pairs.append(("job", name))
     return pairs
-
 
 
 def compressed(summary: dict) -> bytes:
