@@ -16,6 +16,7 @@ class SlurmError(Exception):
     """A Slurm command failed; the message holds its stderr."""
 
 
+_TASK_OR_COMPONENT = re.compile(r"[1-9]\d{0,9}[_+]\d{1,9}", re.ASCII)  # 8_3, 10+1: what sacctmgr's jobid= takes
 _DETAIL = re.compile(r"\s+Nodes=(\S+) CPU_IDs=(\S+) Mem=\d+ GRES=")
 
 
@@ -110,13 +111,22 @@ class Slurm:
         """AdminComment in the accounting database, for finished jobs (22.05 lowercases it)."""
         self.run("sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}", "set", f"AdminComment={text}")
 
-    def set_admin_comments_db(self, items: list[tuple[int, str]]) -> str:
+    def set_admin_comments_db(self, items: list[tuple[int, str]], names: dict[int, str] | None = None) -> str:
         """Many finished jobs' AdminComments in one sacctmgr process (one command per stdin line).
 
+        ``names``: raw id -> ``8_3`` / ``10+1`` for array tasks and het components, written by name:
+        ``jobid=<raw id>`` selects every task of the array, or every component of the het job, whose id
+        that raw id is too (an array's last task and a het job's component 0 run under it; seen on 22.05).
         sacctmgr goes on after a job the database does not know yet ("Nothing modified") and then
         exits 1, so the exit status says nothing about the others: check with ``admin_comments``."""
+        names = names or {}
+
+        def _where(j: int) -> str:
+            name = names.get(j, "")
+            return name if _TASK_OR_COMPONENT.fullmatch(name) else str(int(j))
+
         # the value is quoted: a line is split at spaces; our comments hold no quote (lowercase-safe)
-        script = "".join(f'modify job where jobid={int(j)} set AdminComment="{t}"\n' for j, t in items if '"' not in t)
+        script = "".join(f'modify job where jobid={_where(j)} set AdminComment="{t}"\n' for j, t in items if '"' not in t)
         try:
             return self.run("sacctmgr", "-i", input=script, timeout_s=self.timeout_s + len(items) * 0.5)
         except SlurmError as e:

@@ -16,6 +16,7 @@ import zlib
 from typing import Protocol
 
 from gpuperf.access.slurm import Slurm, SlurmError
+from gpuperf.model import admincomment, jobref
 
 NOT_IN_DB = "sacct does not show it yet (job not in the database)"
 
@@ -41,6 +42,19 @@ def judge(items: list[tuple[int, str]], shown: dict[int, str], error: str | None
     return out
 
 
+def names(items: list[tuple[int, str]]) -> dict[int, str]:
+    """job id -> ``8_3`` / ``10+1`` of the array tasks and het components of a batch (pure), from their
+    comments' headlines (``job=``): sacctmgr must select those by name, not by raw id (FACTS.md)."""
+    out = {}
+    for job_id, text in items:
+        if not admincomment.is_admincomment(text):
+            continue
+        name = jobref.task_or_component(admincomment.decode_headline(text.partition(" z=")[0]).get("job"))
+        if name:
+            out[job_id] = name
+    return out
+
+
 class SacctWriter:
     """The real writer: sacctmgr (batch on stdin), then sacct to see what took."""
 
@@ -51,7 +65,7 @@ class SacctWriter:
         """Write a batch; never raises."""
         error = None
         try:
-            self.slurm.set_admin_comments_db(items)
+            self.slurm.set_admin_comments_db(items, names(items))
         except SlurmError as e:
             error = f"sacctmgr: {e}"[:300]
         try:

@@ -1,7 +1,8 @@
 """Job-end notices that ``gpuperf-epilog-slurmctld`` drops into ``controller.spool_dir``.
 
-One file ``<job id>.ended`` per job: ``key=value`` lines (job_id, nodelist, user, uid, exit_code)
-ending with a line ``end``; its modification time is the job's end by the controller's clock. The
+One file ``<job id>.ended`` per job: ``key=value`` lines (job_id, nodelist, user, uid, exit_code, and
+job_ref: ``8_3`` for an array task, ``10+1`` for a het component, empty otherwise and absent from notices
+of an older hook) ending with a line ``end``; its modification time is the job's end by the controller's clock. The
 hook writes a hidden temporary file and renames it, so a file without ``end`` is damaged, not in
 progress: it is moved aside as ``.bad`` and logged. The service reads the directory each tick, puts
 the notices in its durable queue, and only then removes the files, so a crash in between loses nothing.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from gpuperf.files import log
 from gpuperf.access.slurm import expand_hostlist
+from gpuperf.model import jobref
 
 SUFFIX = ".ended"
 
@@ -30,6 +32,7 @@ class Notice:
     uid: int | None
     ended: float
     exit_code: int | None
+    job_ref: str | None = None
 
 
 def default_dir(cfg) -> str:
@@ -74,7 +77,8 @@ def parse(text: str, mtime: float) -> Notice:
         return int(v) if v and v.lstrip("-").isdigit() else None
 
     return Notice(job_id=int(kv["job_id"]), nodes=expand_hostlist(kv.get("nodelist", "")),
-                  user=kv.get("user") or None, uid=_int(kv.get("uid")), ended=mtime, exit_code=_int(kv.get("exit_code")))
+                  user=kv.get("user") or None, uid=_int(kv.get("uid")), ended=mtime, exit_code=_int(kv.get("exit_code")),
+                  job_ref=jobref.task_or_component(kv.get("job_ref", "")))
 
 
 def read(spool: str, limit: int = 2000) -> list[tuple[Path, Notice]]:

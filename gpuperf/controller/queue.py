@@ -23,10 +23,12 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS ended (
   job_id INTEGER PRIMARY KEY, nodes TEXT NOT NULL, user TEXT, uid INTEGER, ended REAL NOT NULL,
   state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_try REAL, last_error TEXT,
-  comment BLOB, written REAL, notes TEXT);
+  comment BLOB, written REAL, notes TEXT, job_ref TEXT);
 CREATE INDEX IF NOT EXISTS ended_state_next ON ended (state, next_try);
 CREATE INDEX IF NOT EXISTS node_summaries_received ON node_summaries (received);
 """
+# columns added since the first schema: a store written by an older gpuperf gets them on open
+ADDED_COLUMNS = (("job_ref", "TEXT"),)
 
 OPEN_STATES = ("merge", "write")
 FINAL_STATES = ("done", "unavailable", "skipped", "orphan")
@@ -72,6 +74,7 @@ class Ended:
     state: str
     attempts: int = 0
     notes: list[str] | None = None
+    job_ref: str | None = None  # 8_3 / 10+1 from slurmctld's notice; None for a plain job or when unknown
 
 
 class JobQueue:
@@ -80,22 +83,26 @@ class JobQueue:
     def __init__(self, db: sqlite3.Connection):
         self.db = db
         db.executescript(SCHEMA)
+        have = {r[1] for r in db.execute("PRAGMA table_info(ended)")}
+        for name, kind in ADDED_COLUMNS:
+            if name not in have:
+                db.execute(f"ALTER TABLE ended ADD COLUMN {name} {kind}")
 
     def add(self, job_id: int, nodes: list[str], user: str | None, uid: int | None, ended: float,
-            state: str = "merge", notes: list[str] | None = None) -> bool:
+            state: str = "merge", notes: list[str] | None = None, job_ref: str | None = None) -> bool:
         """Queue an ended job; False when already queued for this end (a notice seen twice)."""
         row = self.db.execute("SELECT ended, state FROM ended WHERE job_id=?", (job_id,)).fetchone()
         # a requeued job ends again under the same id: the later end replaces the earlier; slurmctld's
         # notice of a job flagged orphan (it came late) makes it an ordinary job again
         if row is not None and ended <= row[0] + 1.0 and not (row[1] == "orphan" and state == "merge"):
             return False
-        self.db.execute("INSERT OR REPLACE INTO ended (job_id, nodes, user, uid, ended, state, notes) VALUES (?,?,?,?,?,?,?)",
-                        (job_id, json.dumps(nodes), user, uid, ended, state, json.dumps(notes or [])))
+        self.db.execute("INSERT OR REPLACE INTO ended (job_id, nodes, user, uid, ended, state, notes, job_ref) "
+                        "VALUES (?,?,?,?,?,?,?,?)", (job_id, json.dumps(nodes), user, uid, ended, state, json.dumps(notes or []), job_ref))
         return True
 
     def get(self, job_id: int) -> Ended | None:
         """One job's row, or None."""
-        r = self.db.execute("SELECT job_id, nodes, user, uid, ended, state, attempts, notes FROM ended WHERE job_id=?",
+        r = self.db.execute("SELECT job_id, nodes, user, uid, ended, state, attempts, notes, job_ref FROM ended WHERE job_id=?",
                             (job_id,)).fetchone()
         return _ended(r) if r else None
 
@@ -107,13 +114,13 @@ class JobQueue:
     def due_merges(self, now: float, merge_wait_s: float, limit: int = 500) -> list[Ended]:
         """Jobs to merge now: every node reported, or the wait is over."""
         rows = self.db.execute(
-            "SELECT e.job_id, e.nodes, e.user, e.uid, e.ended, e.state, e.attempts, e.notes, "
+            "SELECT e.job_id, e.nodes, e.user, e.uid, e.ended, e.state, e.attempts, e.notes, e.job_ref, "
             "(SELECT count(*) FROM node_summaries n WHERE n.job_id=e.job_id) FROM ended e "
             "WHERE e.state='merge' ORDER BY e.ended LIMIT ?", (limit * 4,)).fetchall()
         out = []
         for r in rows:
-            e = _ended(r[:8])
-            if r[8] >= max(len(e.nodes), 1) or now >= e.ended + merge_wait_s:
+            e = _ended(r[:9])
+            if r[9] >= max(len(e.nodes), 1) or now >= e.ended + merge_wait_s:
                 out.append(e)
             if len(out) >= limit:
                 break
@@ -186,5 +193,5 @@ class JobQueue:
 
 def _ended(r: tuple) -> Ended:
     return Ended(job_id=r[0], nodes=json.loads(r[1]), user=r[2], uid=r[3], ended=r[4], state=r[5], attempts=r[6],
-                 notes=json.loads(r[7]) if r[7] else [])
+                 notes=json.loads(r[7]) if r[7] else [], job_ref=r[8])
 

@@ -91,7 +91,7 @@ class Service:
     def _take_notices(self) -> None:
         got = notices.read(self.spool)
         for _, n in got:
-            self.queue.add(n.job_id, n.nodes, n.user, n.uid, n.ended)
+            self.queue.add(n.job_id, n.nodes, n.user, n.uid, n.ended, job_ref=n.job_ref)
         if got:
             self.store.db.commit()  # queued for good before the files go
             notices.remove([p for p, _ in got])
@@ -201,7 +201,9 @@ class Service:
         if orphan:
             self.queue.set_merged(e.job_id, None, "orphan", now)
         elif self.cfg.report.admin_comment:
-            self.queue.set_merged(e.job_id, admincomment.encode(merged, raw=raw), "write", now)
+            # an array task's or het component's name (slurmctld's notice) in the headline only: the payload
+            # is the stored summary's bytes, and readers name a job through Slurm (jobrecords)
+            self.queue.set_merged(e.job_id, admincomment.encode(merged, raw=raw, name=e.job_ref), "write", now)
         else:
             self.queue.set_merged(e.job_id, None, "skipped", now)
         merge.record(self.cfg.general.run_dir, e.job_id,

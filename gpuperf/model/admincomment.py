@@ -3,11 +3,13 @@
 Form: ``gpuperf:v1 class=compute_bound gpus=8 tensor=94 sm=96 util=100 mem=45 power=698w
 energy=2.51kwh idle=0 z=<payload>``; a job that left GPUs unused leads with them:
 ``class=unused_gpus unused=1/2 wasted=0.004gpuh busy=compute_bound gpus=2 ...``; a class resting on
-NVML utilization alone adds ``conf=low``. The headline is lowercase ``key=value`` pairs a person reads
-in ``sacct -o AdminComment%120``; ``z=`` holds the full summary as zlib-compressed compact JSON
-(with the preset dictionary of ``acvocab``, named in the zlib header by its Adler-32; payloads written
-before it, plain zlib, still decode) in base32 without padding, lowercased. Base32 uses one case only, so decoding upper-cases it
-back; it has no quotes for sacctmgr to turn into backticks (FACTS.md).
+NVML utilization alone adds ``conf=low``; an array task or het component ends it with its name,
+``job=8_3`` or ``job=10+1`` (a plain job's id is its name: sacct's JobID says it). The headline is
+lowercase ``key=value`` pairs a person reads in ``sacct -o AdminComment%120``; ``z=`` holds the full
+summary as zlib-compressed compact JSON (with the preset dictionary of ``acvocab``, named in the zlib
+header by its Adler-32; payloads written before it, plain zlib, still decode) in base32 without
+padding, lowercased. Base32 uses one case only, so decoding upper-cases it back; it has no quotes for
+sacctmgr to turn into backticks (FACTS.md).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import zlib
 from typing import Any
 
 from gpuperf.files import jsoncodec
-from gpuperf.model import acvocab
+from gpuperf.model import acvocab, jobref
 
 PREFIX = "gpuperf:v1"
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
@@ -38,8 +40,9 @@ def _fmt(x: Any, unit: str = "", nd: int = 0) -> str:
     return f"{x:.{nd}f}{unit}"
 
 
-def headline(summary: dict) -> list[tuple[str, str]]:
-    """The readable key=value pairs: class, tensor/SM/util/memory %, power, energy, idle %, GPUs."""
+def headline(summary: dict, name: str | None = None) -> list[tuple[str, str]]:
+    """The readable key=value pairs: class, tensor/SM/util/memory %, power, energy, idle %, GPUs; last
+    ``job=<name>`` when ``name`` is an array task's or het component's (``8_3``, ``10+1``)."""
     job = summary.get("job") or {}
     diag = summary.get("diagnosis") or {}
     q = summary.get("quality") or {}
@@ -60,6 +63,9 @@ def headline(summary: dict) -> list[tuple[str, str]]:
         pairs.append(("imbalanced", "1"))
     if q.get("partial"):
         pairs.append(("partial", "1"))
+    name = jobref.task_or_component(name)
+    if name:
+        pairs.append(("job", name))
     return pairs
 
 
@@ -155,12 +161,13 @@ def budget(summary: dict) -> int:
     return min(SACCT_MAX_BYTES, NODE_BUDGET_BYTES * max(1, len(summary.get("nodes") or [])))
 
 
-def encode(summary: dict, max_bytes: int | None = None, raw: bytes | None = None) -> str:
+def encode(summary: dict, max_bytes: int | None = None, raw: bytes | None = None, name: str | None = None) -> str:
     """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes.
 
-    ``raw``: ``compressed(summary)`` when the caller has it already (the controller stores the same bytes)."""
+    ``raw``: ``compressed(summary)`` when the caller has it already (the controller stores the same bytes);
+    ``name``: the job as users name it, shown (``job=``) for an array task or het component only."""
     max_bytes = budget(summary) if max_bytes is None else max_bytes
-    head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary)])
+    head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary, name)])
     for level in range(5):
         body = _pack(summary, raw) if level == 0 else _pack(_slim(summary, level))
         text = f"{head} z={body}"

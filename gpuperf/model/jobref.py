@@ -83,6 +83,16 @@ def parse_shown(text: str) -> JobRef | None:
                   int(het) if het is not None else None, m.group("step"))
 
 
+def task_or_component(text: object) -> str | None:
+    """``8_3`` or ``10+1`` as written (what the AdminComment headline's ``job=`` carries); None for a plain
+    job (its id is its name), a step, or text that is no job reference. Lengths are ``parse``'s bounds."""
+    try:
+        ref = parse(str(text)) if text else None
+    except JobRefError:
+        return None
+    return ref.text() if ref is not None and not ref.is_plain and ref.step is None else None
+
+
 def is_pending_range(text: str) -> bool:
     """sacct's and squeue's line for array tasks not yet started (``8_[4-9%2]``)."""
     m = _SHOWN.fullmatch(text.strip())

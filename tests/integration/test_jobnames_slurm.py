@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuperf.model import admincomment
 from test_daemon_slurm import RECORDINGS, _configure, _start
 from test_report_slurm import _admin_comment, _collector, _node_summary, _queue_state, _send, _set_wait
 
@@ -63,6 +64,15 @@ def daemon_and_collector(gpuperf_config_reset):
         yield c
 
 
+def _each_task_holds_its_own_comment(c, tasks: list[tuple[int, str]]) -> None:
+    """Every task's AdminComment names it (EpilogSlurmctld's SLURM_ARRAY_*) and holds its own summary."""
+    for raw, name in tasks:
+        text = _admin_comment(c, name)
+        head = text.split(" z=")[0]
+        assert head.startswith("gpuperf:v1 class=") and head.endswith(f" job={name}"), (name, head)
+        assert admincomment.decode(text)["job_id"] == raw
+
+
 def test_array_tasks_are_reported_and_listed_by_their_names(daemon_and_collector):
     c = daemon_and_collector
     array = c.sbatch("sleep 2\n", "-a", "1-3", "--gres=gpu:1")
@@ -72,6 +82,15 @@ def test_array_tasks_are_reported_and_listed_by_their_names(daemon_and_collector
         assert c.wait(raw) == "COMPLETED"
         assert _queue_state(c, raw) == "done"
     raw3 = dict((n, r) for r, n in tasks)[f"{array}_3"]
+    _each_task_holds_its_own_comment(c, tasks)
+    # the task that runs under the array's own id, written again: its siblings keep theirs (sacctmgr's
+    # jobid=<array id> would select every task)
+    last = next(n for r, n in tasks if r == array)
+    again = (f"import json; from gpuperf.controller.accounting import SacctWriter; "
+             f"print(json.dumps(SacctWriter('/usr/bin').write([({array}, {_admin_comment(c, last)!r})])))")
+    wrote = c.run(f"{PREFIX}/venv/bin/python", "-c", again, check=True).stdout
+    assert json.loads(wrote) == {str(array): None}, wrote
+    _each_task_holds_its_own_comment(c, tasks)
 
     rep = c.run("gpuperf", "report", f"{array}_3", "--json")
     assert rep.returncode == 0, rep.stderr
@@ -122,6 +141,7 @@ def test_cpu_only_job_costs_nothing_and_says_nothing(daemon_and_collector):
     assert c.wait(gpu_job) == "COMPLETED"
     assert c.job_record(gpu_job, "prolog")["data"]["register"]["ok"] is True
     assert _queue_state(c, gpu_job) == "done" and _admin_comment(c, gpu_job).startswith("gpuperf:v1")
+    assert "job=" not in _admin_comment(c, gpu_job).split(" z=")[0]  # a plain job: sacct's JobID names it
 
 
 def test_cpu_jobs_opt_in_follows_them(gpuperf_config_reset):
@@ -158,6 +178,7 @@ def test_het_job_components_by_name(slurm_cluster2):
             _allocations(c, str(het), 2)
             assert _queue_state(c, raw1) == "done"
             assert _queue_state(c, raw0) == "skipped"
+            assert _admin_comment(c, raw1).split(" z=")[0].endswith(f" job={het}+1")
         assert c.job_record(raw0, "prolog", node=node0)["data"]["register"]["skipped"] == "no GPU on this node"
         rep = c.run("gpuperf", "report", f"{het}+1", "--json")
         assert rep.returncode == 0, rep.stderr

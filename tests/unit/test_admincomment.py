@@ -45,6 +45,21 @@ def test_partial_and_imbalanced_show_in_the_headline():
     assert head["partial"] == "1" and head["imbalanced"] == "1"
 
 
+@pytest.mark.parametrize("ref, shown", [("8_3", "8_3"), ("10+1", "10+1"), ("12", None), (None, None),
+                                        ("8_3.batch", None), ("8_3 z=aaaa", None), ("x", None)])
+def test_an_array_task_or_het_component_ends_the_headline_with_its_name(ref, shown):
+    s = summary.node_summary(aggregates(ngpus=2), context())
+    text = admincomment.encode(s, name=ref)
+    head = text.split(" z=")[0]
+    assert head.startswith("gpuperf:v1 class=")  # the class stays first, as readers of %120 expect
+    if shown:
+        assert head.endswith(f" job={shown}") and admincomment.decode_headline(text.lower())["job"] == shown
+    else:
+        assert "job=" not in head and text.count(" z=") == 1
+    assert admincomment.decode(text.lower()) == s  # the payload is the summary's, name or none
+    assert text.split(" z=")[1] == admincomment.encode(s).split(" z=")[1]
+
+
 def test_one_8_gpu_node_fits_in_4_kib():
     s = summary.node_summary(aggregates(ngpus=8, seed=7), context())
     assert len(admincomment.encode(s).encode()) <= 4096

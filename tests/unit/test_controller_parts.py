@@ -36,6 +36,23 @@ def test_judge_only_what_sacct_shows_counts_as_written():
     assert accounting.judge(items[:1], {}, "sacctmgr: down") == {1: "sacctmgr: down"}
 
 
+def test_array_tasks_and_het_components_are_written_by_name_not_by_raw_id(tmp_path):
+    """sacctmgr's jobid=<raw id> selects every task of the array (or component of the het job) whose id that
+    is too: the raw id of an array's last task wrote its comment over its siblings' (seen on 22.05)."""
+    items = [(12, "gpuperf:v1 class=idle gpus=1 job=8_3 z=aa"), (20, "gpuperf:v1 class=idle gpus=1 job=20+0 z=aa"),
+             (5, "gpuperf:v1 class=idle gpus=1 z=aa"), (6, "gpuperf:v1 class=idle job=6_1.batch z=aa"), (7, "other")]
+    assert accounting.names(items) == {12: "8_3", 20: "20+0"}
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacctmgr").write_text(f"#!/bin/sh\ncat > {tmp_path}/script\n")
+    (bin_dir / "sacctmgr").chmod(0o755)
+    from gpuperf.access.slurm import Slurm
+
+    Slurm(str(bin_dir)).set_admin_comments_db(items[:3], {**accounting.names(items), 5: "5_1 x"})
+    where = [ln.split()[3] for ln in (tmp_path / "script").read_text().splitlines()]
+    assert where == ["jobid=8_3", "jobid=20+0", "jobid=5"]
+
+
 @pytest.mark.parametrize("expr, names", [
     ("n1", ["n1"]), ("gpu[01-03,7]", ["gpu01", "gpu02", "gpu03", "gpu7"]),
     ("a[1-2],b3", ["a1", "a2", "b3"]), ("r[1-2]n[08-09]", ["r1n08", "r1n09", "r2n08", "r2n09"]), ("", []),
@@ -57,12 +74,55 @@ def test_the_shell_hook_leaves_a_notice_the_service_reads(tmp_path):
            "SLURM_JOB_UID": "1001", "SLURM_JOB_EXIT_CODE": "256", "PATH": "/usr/bin:/bin"}
     assert subprocess.run(["/bin/sh", str(NOTIFY)], env=env).returncode == 0
     [(path, n)] = notices.read(str(tmp_path / "spool"))
-    assert (n.job_id, n.nodes, n.user, n.uid, n.exit_code) == (77, ["g1", "g2", "g3"], "bob", 1001, 256)
+    assert (n.job_id, n.nodes, n.user, n.uid, n.exit_code, n.job_ref) == (77, ["g1", "g2", "g3"], "bob", 1001, 256, None)
     rec = json.loads((tmp_path / "run" / "jobs" / "77" / "epilog-slurmctld.json").read_text())
     assert rec["context"]["nodelist"] == "g[1-3]" and rec["context"]["uid"] == 1001 and rec["steps"]["notify"]["ok"]
     # no job id (not run by slurmctld): nothing written, still exit 0
     assert subprocess.run(["/bin/sh", str(NOTIFY)], env={"GPUPERF_CONFIG": str(conf)}).returncode == 0
     assert len(list((tmp_path / "spool").iterdir())) == 1
+
+
+@pytest.mark.parametrize("slurm, name", [
+    ({"SLURM_ARRAY_JOB_ID": "8", "SLURM_ARRAY_TASK_ID": "3"}, "8_3"),
+    # the last task of an array runs under the array's own id: still a task, named so
+    ({"SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "4"}, "77_4"),
+    ({"SLURM_HET_JOB_ID": "77", "SLURM_HET_JOB_OFFSET": "0"}, "77+0"),
+    ({"SLURM_ARRAY_JOB_ID": "8"}, None),
+    ({"SLURM_ARRAY_JOB_ID": "8", "SLURM_ARRAY_TASK_ID": "3 z=x"}, None),
+    ({"SLURM_HET_JOB_ID": "$(id)", "SLURM_HET_JOB_OFFSET": "1"}, None),
+])
+def test_the_hook_names_an_array_task_or_het_component(tmp_path, slurm, name):
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[general]\nrun_dir = "{tmp_path}/run"\n[controller]\nspool_dir = "{tmp_path}/spool"\n')
+    env = {"GPUPERF_CONFIG": str(conf), "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "g1", **slurm}
+    assert subprocess.run(["/bin/sh", str(NOTIFY)], env=env).returncode == 0
+    [(_, n)] = notices.read(str(tmp_path / "spool"))
+    assert n.job_id == 77 and n.job_ref == name
+    rec = json.loads((tmp_path / "run" / "jobs" / "77" / "epilog-slurmctld.json").read_text())
+    assert rec["context"]["job_ref"] == (name or "")
+
+
+@pytest.mark.parametrize("line, name", [("job_ref=10+1", "10+1"), ("job_ref=", None), ("job_ref=12", None),
+                                        ("job_ref=8_3.batch", None), ("job_ref=8_3 z=abc", None),
+                                        ("job_ref=1_" + "9" * 12, None)])
+def test_a_notice_keeps_only_a_task_or_component_name_and_never_drops_the_job(line, name):
+    n = notices.parse(f"job_id=5\nnodelist=n1\n{line}\nend\n", 0.0)
+    assert (n.job_id, n.job_ref) == (5, name)
+
+
+def test_an_older_store_gains_the_job_ref_column_and_keeps_its_rows(tmp_path):
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "old.sqlite")
+    db.executescript("CREATE TABLE node_summaries (job_id INTEGER, node TEXT, received REAL);"
+                     "CREATE TABLE ended (job_id INTEGER PRIMARY KEY, nodes TEXT NOT NULL, user TEXT, uid INTEGER,"
+                     " ended REAL NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_try REAL,"
+                     " last_error TEXT, comment BLOB, written REAL, notes TEXT);"
+                     "INSERT INTO ended (job_id, nodes, ended, state) VALUES (4, '[\"n1\"]', 1.0, 'merge');")
+    q = queue.JobQueue(db)
+    assert q.get(4).job_ref is None and [e.job_id for e in q.due_merges(10.0, 1.0)] == [4]
+    assert q.add(5, ["n1"], "a", 7, 2.0, job_ref="8_3")
+    assert q.get(5).job_ref == "8_3" and queue.JobQueue(db).get(5).job_ref == "8_3"
 
 
 def test_the_hook_default_spool_is_the_service_default(tmp_path):

@@ -100,10 +100,12 @@ def _summary(job_id: int, node: str, end: float | None = None) -> dict:
     return summary.node_summary(a, context(job_id=job_id, node=node))
 
 
-def notify(config_path: Path, job_id: int, nodelist: str, user: str = "alice", uid: int = 1000) -> None:
-    """What slurmctld does at a job's end: run the EpilogSlurmctld (the real script)."""
+def notify(config_path: Path, job_id: int, nodelist: str, user: str = "alice", uid: int = 1000, **slurm: str) -> None:
+    """What slurmctld does at a job's end: run the EpilogSlurmctld (the real script); ``slurm``: more of
+    its variables (``SLURM_ARRAY_TASK_ID="3"``)."""
     env = {"PATH": "/usr/bin:/bin", "GPUPERF_CONFIG": str(config_path), "SLURM_JOB_ID": str(job_id),
-           "SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_USER": user, "SLURM_JOB_UID": str(uid), "SLURM_JOB_EXIT_CODE": "0"}
+           "SLURM_JOB_NODELIST": nodelist, "SLURM_JOB_USER": user, "SLURM_JOB_UID": str(uid), "SLURM_JOB_EXIT_CODE": "0",
+           **slurm}
     assert subprocess.run(["/bin/sh", str(NOTIFY)], env=env, timeout=10).returncode == 0
 
 
@@ -137,6 +139,20 @@ def test_a_job_gets_one_merged_summary_and_one_admin_comment(running):
     assert s["nodes"] == ["n1", "n2"] and not s["quality"]["partial"] and s["user"] == "alice"
     assert [len(v) for v in r.writer.written.values()] == [1] and r.writer.written[11][0][1].startswith("gpuperf:v1")
     assert not list((Path(r.cfg.general.state_dir) / "ended").glob("*.ended")), "notice not consumed"
+    assert "job=" not in r.writer.written[11][0][1].split(" z=")[0]  # a plain job: sacct's JobID names it
+
+
+def test_an_array_task_and_a_het_component_are_named_in_their_headlines(running):
+    """slurmctld gives EpilogSlurmctld the array and het ids (FACTS.md): task 3 of array 8 ran as raw id 12."""
+    r = running()
+    notify(r.config_path, 12, "n1", SLURM_ARRAY_JOB_ID="8", SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_TASK_COUNT="4")
+    notify(r.config_path, 21, "n1", SLURM_HET_JOB_ID="20", SLURM_HET_JOB_OFFSET="1")
+    for j in (12, 21):
+        assert transport.send_node_summary(r.cfg, _summary(j, "n1"))["ok"]
+    _wait_state(r.cfg, [12, 21])
+    for j, name in ((12, "8_3"), (21, "20+1")):
+        head = r.writer.written[j][0][1].split(" z=")[0]
+        assert head.endswith(f" job={name}"), head
 
 
 def test_deliveries_are_answered_while_the_database_fails_and_written_once_it_is_back(running):
