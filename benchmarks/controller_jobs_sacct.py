@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpuperf.model import admincomment, summary  # noqa: E402
+from gpuperf.model import admincomment  # noqa: E402
+from gpuperf.diagnosis import jobsummary as summary  # noqa: E402
 from gpuperf.report import sacctrows  # noqa: E402
 from jobs_query import templates  # noqa: E402
 import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script

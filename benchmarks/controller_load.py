@@ -39,7 +39,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
-from gpuperf.model import series as series_mod, summary  # noqa: E402
+from gpuperf.model import series as series_mod  # noqa: E402
+from gpuperf.diagnosis import jobsummary as summary  # noqa: E402
 from gpuperf.controller import transport  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.controller import clusterstore, queue
 from gpuperf.report import fromrecording
 

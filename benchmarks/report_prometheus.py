@@ -31,7 +31,8 @@ import promserver  # noqa: E402
 from report_render import median_s  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
 
-from gpuperf.model import series, summary  # noqa: E402
+from gpuperf.model import series  # noqa: E402
+from gpuperf.diagnosis import jobsummary as summary  # noqa: E402
 from gpuperf.controller import clusterstore, merge  # noqa: E402
 from gpuperf.report import promseries  # noqa: E402
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.model.aggregates import JobAggregates
 from gpuperf.controller import clusterstore
 from gpuperf.report import html, terminal

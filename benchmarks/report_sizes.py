@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from gpuperf.model import admincomment, summary
+from gpuperf.model import admincomment
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import fromrecording
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
-from gpuperf.model import admincomment, summary  # noqa: E402
+from gpuperf.model import admincomment  # noqa: E402
+from gpuperf.diagnosis import jobsummary as summary  # noqa: E402
 from gpuperf.access.slurm import Slurm  # noqa: E402
 import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script
 

@@ -11,6 +11,12 @@ extras=""
 
 . "$here/packaging/apt-need.sh"
 apt_need python3 python3-venv gcc libc6-dev
+# the venv is always Debian's /usr/bin/python3 (readable by job users), never the first python3 on PATH:
+# one built from another interpreter (a root-only pyenv) is built again
+if [ -x "$prefix/venv/bin/python" ] && [ "$(readlink -f "$prefix/venv/bin/python")" != "$(readlink -f /usr/bin/python3)" ]; then
+  echo "gpuperf: $prefix/venv was built from $(readlink -f "$prefix/venv/bin/python"), not /usr/bin/python3: rebuilding it" >&2
+  rm -rf "$prefix/venv"
+fi
 if [ ! -x "$prefix/venv/bin/python" ]; then
   /usr/bin/python3 -m venv "$prefix/venv"
 fi

@@ -26,4 +26,7 @@ else
   bash packaging/install.sh --test
   py="$prefix/venv/bin/python"
 fi
-exec "$py" -m pytest -q -ra -p no:cacheprovider tests "$@"
+# the whole suite unless paths are given (bash tests/run.sh tests/integration/test_x.py -x)
+paths=(tests)
+for a in "$@"; do case $a in -*) ;; *) paths=(); break ;; esac; done
+exec "$py" -m pytest -q -ra -p no:cacheprovider "${paths[@]}" "$@"

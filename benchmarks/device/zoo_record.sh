@@ -11,13 +11,13 @@ export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false
 S=${ZOO_SECONDS:-5}
 LIMIT=${ZOO_LIMIT_S:-530}
 ORDER="zoo_gemm_fp64 zoo_h2d_pinned zoo_h2d_pageable zoo_d2h_pinned zoo_d2h_pageable zoo_cupy_transpose_naive_fp32
-zoo_sort_int32 zoo_gather_random_fp32 zoo_scatter_add_fp32 zoo_cupy_atomics_int32 zoo_startup_gemm_bf16
+zoo_sort_int32 zoo_gather_random_fp32 zoo_scatter_add_fp32 zoo_cupy_atomics_int32 zoo_reduce_rows_bf16 zoo_startup_gemm_bf16
 zoo_cupy_tiny_grid zoo_launch_tiny_ops zoo_gemm_tf32 zoo_gemm_fp8 zoo_gemm_int8 zoo_gemm_fp32 zoo_gemm_fp16
 zoo_layernorm_bf16 zoo_softmax_fp16 zoo_host_numpy_fp32 zoo_gemm_idle_tail_bf16 zoo_cupy_gemm_fp64
 zoo_cupy_poly_fp64 zoo_cupy_poly_fp32 zoo_cupy_intmix_int32 zoo_cupy_axpy_fp64 zoo_attn_sdpa_bf16
 zoo_attn_naive_fp16 zoo_conv_bf16 zoo_conv_autotune_fp16 zoo_compile_mlp_bf16 zoo_fft_c64 zoo_gemv_bf16
 zoo_triad_fp32 zoo_gelu_bf16 zoo_reduce_sum_fp32 zoo_jax_gemm_bf16 zoo_jax_layernorm_fp32 zoo_bmm_bf16
-zoo_idle_context zoo_train_mlp_bf16 zoo_reduce_rows_bf16"
+zoo_idle_context zoo_train_mlp_bf16"
 [ -n "${ZOO_ONLY:-}" ] && ORDER=${ZOO_ONLY//,/ }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 slug=$(echo "$gpu" | sed -E 's/^NVIDIA //I' | tr 'A-Z' 'a-z' | sed -E 's/[^a-z0-9]+/-/g; s/^-|-$//g')

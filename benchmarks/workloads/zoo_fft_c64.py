@@ -8,7 +8,7 @@ import torch
 from _zoo import cli, timed, torch_sync
 
 LABEL = {"class": "memory_bound", "dtype": "fp32", "kind": "fft", "framework": "torch", "rate": "gbps",
-         "exact": False, "contradicts": ["tf32", "fp8", "attention", "dataloader", "cuda_graphs", "math_roof"],
+         "exact": False, "contradicts": ["tf32", "attention", "dataloader", "cuda_graphs", "math_roof"],
          "what": "large FFTs: passes over memory, little math per byte"}
 
 a = cli(__doc__, batch=(int, 64, "transforms"), log2n=(int, 20, "log2 of the points per transform"))

@@ -10,7 +10,7 @@ import jax.numpy as jnp  # noqa: E402
 from _zoo import cli, jax_sync, timed  # noqa: E402
 
 LABEL = {"class": "memory_bound", "dtype": "fp32", "kind": "normalisation", "framework": "jax", "rate": "gbps",
-         "exact": True, "contradicts": ["tf32", "fp8", "attention", "dataloader", "cuda_graphs", "math_roof"],
+         "exact": True, "contradicts": ["tf32", "attention", "dataloader", "cuda_graphs", "math_roof"],
          "what": "LayerNorm compiled by XLA: DRAM bandwidth"}
 
 a = cli(__doc__, rows=(int, 65536, "rows"), cols=(int, 4096, "features"))

@@ -5,7 +5,7 @@ import torch
 from _zoo import cli, timed, torch_sync
 
 LABEL = {"class": "memory_bound", "dtype": "fp32", "kind": "reduction", "framework": "torch", "rate": "gbps",
-         "exact": True, "contradicts": ["tf32", "fp8", "attention", "dataloader", "cuda_graphs", "math_roof"],
+         "exact": True, "contradicts": ["tf32", "attention", "dataloader", "cuda_graphs", "math_roof"],
          "what": "a reduction over a large tensor: DRAM bandwidth"}
 
 a = cli(__doc__, n=(int, 2**30, "elements"))

@@ -5,7 +5,7 @@ import torch
 from _zoo import cli, timed, torch_sync
 
 LABEL = {"class": "memory_bound", "dtype": "fp32", "kind": "elementwise", "framework": "torch", "rate": "gbps",
-         "exact": True, "contradicts": ["tf32", "fp8", "attention", "dataloader", "cuda_graphs", "math_roof"],
+         "exact": True, "contradicts": ["tf32", "attention", "dataloader", "cuda_graphs", "math_roof"],
          "what": "an elementwise triad: DRAM bandwidth, no math to speak of"}
 
 a = cli(__doc__, n=(int, 256 * 2**20, "elements"))

@@ -257,8 +257,10 @@ class Slurm:
                 raw, sep, rest = line.strip().partition("|")
                 shown, _, state = rest.partition("|")
                 if sep and raw.isdigit() and shown:
-                    # a pending range shares its raw id with the task that starts last: the started one wins
-                    if int(raw) not in got or "[" in got[int(raw)][1]:
+                    # a pending range shares its raw id with the task that starts last, and for a moment
+                    # at its end one tool names that task by the bare array id: the task's own name wins
+                    old = got.get(int(raw), (0, "", ""))[1]
+                    if not old or "[" in old or (old.isdigit() and not shown.isdigit() and "[" not in shown):
                         got[int(raw)] = (int(raw), shown, state.split()[0] if state.strip() else "")
         if not got and len(errors) == 2 and not any("Invalid job id" in e for e in errors):
             raise SlurmError("; ".join(errors))

@@ -1,4 +1,6 @@
-"""Node health checks: small pure functions over topology + GPU state, registered by code.
+"""Node health checks: small pure functions over topology + GPU state, registered by code, and the
+opt-in active GPU probe (``probe``, ``probe_script``) that the deep check ``gpu_probe`` and the idle
+daemon run (its figures join the fleet fingerprints).
 
 Public API::
 

@@ -110,11 +110,16 @@ def nvidia_pci_gpus(root: str) -> tuple[str, ...] | None:
         return None
 
 
-def prepare(node: Any, cfg: Any, kmsg: str = xid.KMSG) -> tuple[dict[str, Any], CheckEnv, dict[str, Any]]:
+NvmlSeenFn = Callable[[dict[str, Any]], "xid.NvmlSeen | None"]
+
+
+def prepare(node: Any, cfg: Any, kmsg: str = xid.KMSG, nvml_seen: NvmlSeenFn | None = None
+            ) -> tuple[dict[str, Any], CheckEnv, dict[str, Any]]:
     """The snapshot to judge (live: with kernel-log XIDs added), the CheckEnv, and the history read.
 
     A recorded node is judged at its recording time with no history, so fixtures give the same
     answer every run; a live one at the current time since each GPU's last clean check.
+    ``nvml_seen(snapshot)``: what NVML's XID events saw (the daemon's), to corroborate the kernel log.
     """
     live = node.root is None
     pci_gpus = nvidia_pci_gpus(node.root or "/")
@@ -122,25 +127,35 @@ def prepare(node: Any, cfg: Any, kmsg: str = xid.KMSG) -> tuple[dict[str, Any], 
         return node.gpus, CheckEnv(now=recorded_time(node.gpus), live=False, pci_gpus=pci_gpus), {"gpus": {}}
     snap = copy.deepcopy(node.gpus)
     xid_error = None
+    source = f"kernel log {kmsg}"
     try:
-        unmatched = xid.merge_into_snapshot(snap, xid.read_kmsg(kmsg))
+        events = xid.read_kmsg(kmsg)
+        seen = nvml_seen(snap) if nvml_seen is not None else None
+        if seen is not None:
+            events, dropped = xid.corroborate(events, seen)
+            source += ", corroborated by NVML's XID events"
+            for e in dropped[:10]:
+                log.get("checks").warning("kernel log XID %d on %s at %.0f not seen by NVML's XID events: not counted",
+                                          e.xid, e.bus, e.t)
+        unmatched = xid.merge_into_snapshot(snap, events)
         if unmatched:
             log.get("checks").info("XIDs on devices that are not GPUs in the snapshot: %s",
                                    ", ".join(f"{e.bus}:{e.xid}" for e in unmatched[:10]))
     except OSError as e:
         xid_error = f"cannot read {kmsg}: {e.strerror}"
     hist = history.load(cfg.general.state_dir)
-    env = history.env_from(hist, time.time(), True, f"kernel log {kmsg}", xid_error)
+    env = history.env_from(hist, time.time(), True, source, xid_error)
     return snap, dataclasses.replace(env, pci_gpus=pci_gpus), hist
 
 
-def run_fast(node: Any, cfg: Any, gpus: list[int], kmsg: str = xid.KMSG) -> list[CheckResult]:
+def run_fast(node: Any, cfg: Any, gpus: list[int], kmsg: str = xid.KMSG, nvml_seen: NvmlSeenFn | None = None
+             ) -> list[CheckResult]:
     """The fast checks for ``gpus`` (all GPUs when empty) on a node read by ``gpuperf.topology.load_node``.
 
     Live nodes also get kernel-log XIDs and the per-GPU history (read, then moved forward for
     the GPUs checked). Never raises for a check's fault: that check is ``error``.
     """
-    snap, env, hist = prepare(node, cfg, kmsg)
+    snap, env, hist = prepare(node, cfg, kmsg, nvml_seen)
     results = run_checks(enabled(registry(), cfg, "fast"), node.topology, snap, gpus, cfg, env, float(cfg.checks.timeout_s))
     if env.live:
         try:

@@ -1,4 +1,4 @@
-"""XID events of the live node from the kernel log (/dev/kmsg), until the daemon's NVML event API replaces it.
+"""XID events of the live node from the kernel log (/dev/kmsg), corroborated by NVML's event API where the daemon runs.
 
 The NVIDIA driver logs ``NVRM: Xid (PCI:0000:9a:00): 79, pid=..., GPU has fallen off the bus.``
 /dev/kmsg gives each record with its time since boot in microseconds, so no wall clock is parsed
@@ -11,6 +11,12 @@ daemon, into a record of facility ``user`` (the kernel refuses facility 0 from u
 record's facility must be 0 (``kern``) and the match is anchored at the message's first character:
 the segfault line starts with the process's ``comm``, which the kernel cuts at 15 characters, shorter
 than ``NVRM: Xid (PCI:x:xx:xx): N``.
+
+Where the node daemon runs, its NVML event set (``nvmlDeviceRegisterEvents`` with
+``nvmlEventTypeXidCriticalError``, polled by ``nvmlEventSetWait``) has watched the GPUs since it
+started: a kernel-log XID on a watched GPU, after the set was opened and old enough for the daemon to
+have polled since, counts only when NVML saw the same XID on that GPU (``corroborate``). A kernel
+record NVML never saw drains nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 KMSG = "/dev/kmsg"
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\): (\d{1,6})\b")
 _MAX_RECORDS = 200_000  # a kernel ring buffer holds far fewer; bounds the loop on a flooding log
+CORROBORATE_S = 30.0    # kernel time vs the daemon's poll time of the same XID (it polls every sweep)
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,29 @@ class XidEvent:
     bus: str
     xid: int
     t: float
+
+
+@dataclass(frozen=True)
+class NvmlSeen:
+    """What NVML's XID event API saw: watching ``buses`` (bus prefixes) from ``since`` to its last poll
+    (``polled``), wall times; ``events`` are (bus prefix, XID, time polled)."""
+
+    since: float
+    polled: float
+    buses: frozenset[str]
+    events: tuple[tuple[str, int, float], ...]
+
+
+def corroborate(events: list[XidEvent], seen: NvmlSeen) -> tuple[list[XidEvent], list[XidEvent]]:
+    """(kept, dropped): a kernel-log XID NVML could have seen, and had time to, but did not, is dropped."""
+    kept, dropped = [], []
+    for e in events:
+        could_not_see = e.bus not in seen.buses or e.t < seen.since or e.t > seen.polled - CORROBORATE_S
+        if could_not_see or any(b == e.bus and x == e.xid and abs(t - e.t) <= CORROBORATE_S for b, x, t in seen.events):
+            kept.append(e)
+        else:
+            dropped.append(e)
+    return kept, dropped
 
 
 def parse_kmsg_record(record: str, boot_wall: float) -> XidEvent | None:

@@ -41,7 +41,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from gpuperf.daemon.server import serve
 
-    return serve(cfg, args.backend)
+    return serve(cfg, args.backend, prolog=prolog_steps(log.get("daemon")))
+
+
+def prolog_steps(logger):
+    """The prolog's steps for the daemon's fast path (``prolog.indaemon.run``), imported now so the first
+    job's prolog does not wait for them; None when they cannot be imported (each prolog then runs them)."""
+    try:
+        from gpuperf.prolog import affinityplan, envplan, indaemon  # noqa: F401 - the steps it runs, warm
+    except Exception as e:  # noqa: BLE001 - a broken install costs the fast path, never the daemon
+        logger.error("prolog fast path unavailable: %s: %s", type(e).__name__, e)
+        return None
+    return indaemon.run
 
 
 def _prepare_state_dir(cfg, logger) -> None:

@@ -61,14 +61,14 @@ _ACCT_FLAGS = {"write": " acct-pending", "merge": " acct-pending", "unavailable"
 
 
 def _fmt_rows(rows: list[dict]) -> str:
-    head = f"{'JOBID':>10} {'USER':<12} {'END':<16} {'GPUS':>4} {'GPU-H':>9} {'WASTED':>9} {'KWH':>9}  CLASS"
+    head = f"{'JOBID':>14} {'USER':<12} {'END':<16} {'GPUS':>4} {'GPU-H':>9} {'WASTED':>9} {'KWH':>9}  CLASS"
     lines = [head]
     for r in rows:
         end = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["end"])) if r["end"] else "-"
         flags = (" imbalanced" if r["imbalanced"] else "") + (" partial" if r["partial"] else "")
         flags += _ACCT_FLAGS.get(r.get("accounting") or "", "")
         kwh = (r["energy_j"] or 0.0) / 3.6e6
-        lines.append(f"{r.get('job') or r['job_id']:>10} {str(r['user'] or '?')[:12]:<12} {end:<16} {r['gpus'] or 0:>4} "
+        lines.append(f"{r.get('job') or r['job_id']:>14} {str(r['user'] or '?')[:12]:<12} {end:<16} {r['gpus'] or 0:>4} "
                      f"{r['gpu_hours'] or 0:>9.2f} {r['wasted_gpu_hours'] or 0:>9.2f} {kwh:>9.2f}  {r['class'] or '?'}{flags}")
     return "\n".join(lines) + "\n"
 
@@ -126,8 +126,10 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, clusterstore.sqlite3.Error) as e:
             print(f"gpuperf jobs: cannot read the controller's store {path}: {e}", file=sys.stderr)
             return 1
-        # the store keeps Slurm's raw ids: one sacct call names them as users do (8_3), where it answers
-        shown = records.names([r["job_id"] for r in rows])
+        # the store keeps Slurm's raw ids: sacct names them as users do (8_3), where it answers; a
+        # period's listing in one call over the period, named jobs by their ids
+        start = None if since is None else datetime.fromtimestamp(since - 86400).strftime("%Y-%m-%dT%H:%M:%S")
+        shown = records.names([r["job_id"] for r in rows], start) if rows else {}
         for r in rows:
             r["job"] = shown.get(r["job_id"], str(r["job_id"]))
     if args.json:

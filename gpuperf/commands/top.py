@@ -26,12 +26,14 @@ def _fmt(v: Any, digits: int = 0, suffix: str = "") -> str:
     return "-" if v is None else f"{v:.{digits}f}{suffix}"
 
 
-def rows(live: dict[str, Any]) -> list[list[str]]:
-    """Table rows (one per GPU) from a ``live`` reply: pure, for the terminal and the tests."""
+def rows(live: dict[str, Any], names: dict[int, str] | None = None) -> list[list[str]]:
+    """Table rows (one per GPU) from a ``live`` reply, jobs as users name them (``names``: raw id -> ``8_3``):
+    pure, for the terminal and the tests."""
     owner: dict[int, list[str]] = {}
     for j in live.get("jobs", []):
+        name = (names or {}).get(j["job_id"], j["job_id"])
         for g in j.get("gpus", []):
-            owner.setdefault(int(g), []).append(f"{j['job_id']} ({j.get('user') or j.get('uid')})")
+            owner.setdefault(int(g), []).append(f"{name} ({j.get('user') or j.get('uid')})")
     out = []
     for g in live.get("gpus", []):
         reasons = [r for r, bit in THROTTLE_BITS.items() if (g.get("throttle_reasons") or 0) & bit]
@@ -48,7 +50,23 @@ def rows(live: dict[str, Any]) -> list[list[str]]:
 HEADERS = ["GPU", "job (user)", "util", "SM", "tensor", "DRAM", "memory", "power", "temp", "throttle"]
 
 
-def table(live: dict[str, Any]):
+class Names:
+    """Jobs' names as users know them (``8_3``), asked of Slurm once per new set of jobs."""
+
+    def __init__(self, cfg: Any):
+        self.cfg, self.known, self.asked = cfg, {}, set()
+
+    def __call__(self, live: dict[str, Any]) -> dict[int, str]:
+        ids = {j["job_id"] for j in live.get("jobs", [])} - self.asked
+        if ids:
+            from gpuperf.jobrecords import JobRecords
+
+            self.asked |= ids
+            self.known.update(JobRecords(self.cfg).names(sorted(ids)))
+        return self.known
+
+
+def table(live: dict[str, Any], names: dict[int, str] | None = None):
     """A rich Table of the live snapshot."""
     from rich.table import Table
 
@@ -59,7 +77,7 @@ def table(live: dict[str, Any]):
 
     from gpuperf.files.safeio import printable
 
-    for r in rows(live):
+    for r in rows(live, names):
         t.add_row(*(Text(printable(str(c))) for c in r))   # literal: never rich markup, no control bytes
     if not live.get("gpus"):
         t.caption = "no GPUs of yours are in use on this node" if live.get("jobs") == [] else "no samples yet"
@@ -87,10 +105,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     console = Console()
+    names = Names(cfg)
     if args.once:
-        console.print(table(live))
+        console.print(table(live, names(live)))
         return 0
-    with Live(table(live), console=console, refresh_per_second=4) as view:
+    with Live(table(live, names(live)), console=console, refresh_per_second=4) as view:
         while True:
             time.sleep(max(0.2, args.interval))
             try:
@@ -98,4 +117,4 @@ def run(args: argparse.Namespace) -> int:
             except (client.DaemonUnavailable, client.DaemonRefused) as e:
                 console.print(f"gpuperf top: {e}")
                 return 2
-            view.update(table(live))
+            view.update(table(live, names(live)))

@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the rule's reason names those sizes and their intervals")
     p.add_argument("--env-root", help="baseline from a recorded node (smoke tests) instead of this one")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds one launch may take")
+    p.add_argument("--timing", choices=("launched", "queued"), default="launched",
+                   help="queued: the collectives queued behind a GPU sleep, NCCL's own time (below a few MiB "
+                        "'launched' times the host issuing them); CUDA only")
 
 
 def _candidates(args: argparse.Namespace) -> dict[str, dict[str, str]]:
@@ -104,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
     baseline, answer = nb.gpuperf_exports(nproc, args.env_root)
     if args.transport == "socket":
         baseline = {**baseline, **SOCKET_PATH}
+    if getattr(args, "timing", "launched") == "queued" and args.device != "cuda":
+        print("gpuperf tune: --timing queued needs --device cuda (a GPU sleep to queue behind)", file=sys.stderr)
+        return 2
     rounds = args.rounds or (2 if args.quick else 3)
     min_size = args.min_size or (256 * nb.KIB if args.quick else 8 * nb.KIB)
     if args.sizes:
@@ -118,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
           f"{nb.human(size_list[0])}-{nb.human(size_list[-1])}, {', '.join(colls)}", flush=True)
     results = nb.measure(sets, nproc, args.backend, args.device, size_list, rounds,
                          args.repeats or (3 if args.quick else 5), timeout_s=args.timeout,
-                         log=lambda m: print(m, flush=True), colls=colls, budget_s=args.budget)
+                         log=lambda m: print(m, flush=True), colls=colls, budget_s=args.budget,
+                         timing=getattr(args, "timing", "launched"))
     rounds = len(results["baseline"].rounds)
     # the set measured holds the baseline too; the rule adds only the candidate's variables
     verdicts = [dataclasses.replace(tuning.decide(results["baseline"], results[n], size_list, args.matter_min,
@@ -131,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     Path(args.out).write_text(text)
     Path(args.out).with_suffix(".json").write_text(json.dumps(
         {"versions": info, "sizes": size_list, "collectives": list(colls), "transport": args.transport,
+         "timing": getattr(args, "timing", "launched"), "rounds": rounds,
          "baseline_env": baseline, "verdicts": [{"name": v.name, "accepted": v.accepted, "reason": v.reason,
                                                             **v.evidence()} for v in verdicts],
          "sets": {n: r.to_dict() for n, r in results.items()}}, indent=1))
@@ -150,7 +158,9 @@ def render_rules(winners: list, verdicts: list, info: dict, answer: dict, rounds
     gpus = sorted(set(info.get("gpus") or []))
     lines = [f"# gpuperf tune on {host}, {when}: {args.nproc or len(info.get('gpus') or [])} x "
              f"{', '.join(gpus) or args.device}, torch {info.get('torch')}, NCCL {info.get('nccl')}, {rounds} round(s)",
-             "# Merge the [[env.rules]] tables below into /etc/gpuperf/config.toml to apply them.", "#"]
+             "# Merge the [[env.rules]] tables below into /etc/gpuperf/config.toml to apply them.",
+             f"# Timing: {getattr(args, 'timing', 'launched')} (queued: behind a GPU sleep, NCCL's own time; "
+             "launched: issued one by one, the host's time below a few MiB)", "#"]
     socket_path = getattr(args, "transport", "auto") == "socket"
     if socket_path:
         lines.append("# Transport: sockets over loopback (" + " ".join(f"{k}={v}" for k, v in SOCKET_PATH.items())

@@ -2,7 +2,7 @@
 
 The controller service calls ``merge_job`` when every node of the job reported or
 ``controller.merge_wait_s`` passed since slurmctld reported the job ended; nodes still missing make
-the summary partial and are named. Besides ``summary.merge`` this says, in ``quality.reasons``:
+the summary partial and are named. Besides ``jobsummary.merge`` this says, in ``quality.reasons``:
 
 - a node that delivered its summary more than once (retries after a lost reply: the last is kept);
 - a node whose clock is off from the controller's by more than ``SKEW_S`` (its job end against
@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from gpuperf.files import jobstate, log
-from gpuperf.model import summary as summary_mod
+from gpuperf.diagnosis import jobsummary
 
 SKEW_S = 120.0
 MERGE_RECORD = "merge"
@@ -59,7 +59,7 @@ def merge_job(parts: dict[str, dict], expected: list[str], ident: dict[str, Any]
     for node, n in sorted((copies or {}).items()):
         if n > 1:
             notes.append(f"{node}: delivered its summary {n} times (a resend after a lost reply); the last one is kept")
-    merged = summary_mod.merge(fixed, expected, thresholds=thresholds)
+    merged = jobsummary.merge(fixed, expected, thresholds=thresholds)
     merged["job_id"] = int(ident["job_id"])
     # slurmctld's word on the owner wins over the nodes' (reports are shown to this uid only)
     for k in ("user", "uid"):

@@ -17,6 +17,21 @@ from typing import Any
 from gpuperf.files import jobstate, log
 
 
+def node_links(cfg: Any) -> dict[str, Any]:
+    """``gpu_links`` ({index: {"gen", "width"}}) and ``gpudirect_rdma`` from the node's topology (the daemon's
+    health checks keep it fresh); {} where it cannot be read: the summary then uses the GPU model's link."""
+    try:
+        from gpuperf import topology
+
+        topo = topology.load_node_once(topology.node_root(cfg)).topology
+        links = {str(g["index"]): {"gen": (g.get("pcie") or {}).get("gen"), "width": (g.get("pcie") or {}).get("width")}
+                 for g in topo.get("gpus") or [] if isinstance(g, dict) and "index" in g}
+        return {"gpu_links": links, "gpudirect_rdma": (topo.get("gdr") or {}).get("loaded")}
+    except Exception as e:  # noqa: BLE001 - the node's topology is evidence, never a reason to lose the summary
+        log.get("daemon").warning("summary without the node's PCIe links: %s: %s", type(e).__name__, e)
+        return {}
+
+
 def pending_dir(state_dir: str) -> Path:
     """Directory of pending markers."""
     return Path(state_dir) / "pending"
@@ -101,7 +116,7 @@ def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tupl
     except (OSError, TypeError, ValueError) as e:
         out["errors"].append(f"aggregates.json: {e}")
     try:
-        from gpuperf.model.summary import node_summary
+        from gpuperf.diagnosis.jobsummary import node_summary
     except ImportError as e:
         out["errors"].append(f"no summary module: {e}")
         return out, None
@@ -113,6 +128,8 @@ def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tupl
         ctx.setdefault("node", aggregates.get("node"))
         ctx.setdefault("job_dir", str(d))
         ctx.setdefault("probe", fleet_probe.load(cfg.general.state_dir))   # latest active-probe figures, if any
+        for k, v in node_links(cfg).items():
+            ctx.setdefault(k, v)           # each GPU's PCIe link and GPUDirect RDMA: the diagnosis's transfer rule
         summary = node_summary(aggregates, ctx)
         if isinstance(context.get("controller_series"), dict):
             summary["series"] = context["controller_series"]  # gpuperf.series.v1: the controller charts from it

@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -112,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] not in ("/metrics", "/"):
             self.send_error(404)
             return
-        body = generate_latest(self.server.registry)  # type: ignore[attr-defined]
+        body = generate_latest(cast("BoundedServer", self.server).registry)  # only BoundedServer serves this handler
         self.send_response(200)
         self.send_header("Content-Type", CONTENT_TYPE_LATEST)
         self.send_header("Content-Length", str(len(body)))

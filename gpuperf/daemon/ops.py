@@ -24,6 +24,11 @@ from gpuperf.model.aggregates import JobAggregates
 from gpuperf.samplers.base import Sampler
 
 
+# the prolog's steps run here for its fast path (``gpuperf.prolog.indaemon.run``): (cfg, the forwarded job,
+# the cached health result, a registration callback, now=) -> the reply's members
+PrologSteps = Callable[..., dict[str, Any]]
+
+
 def public_reg(row: dict[str, Any]) -> dict[str, Any]:
     """The registration fields a reply shows."""
     return {k: row.get(k) for k in ("job_id", "uid", "user", "gpus", "cpus", "node", "start", "end", "state", "partial")}
@@ -77,10 +82,12 @@ class Ops:
 
     def __init__(self, *, access: Access, jobs: Jobs, store: Store, handover: Handover, view: LiveView,
                  health: Callable[[], "dict[str, Any] | None"], facts: NodeFacts, sampler: Sampler,
-                 clock: Callable[[], float], started: float, stats: dict[str, float], cfg: Any, log: Any):
+                 clock: Callable[[], float], started: float, stats: dict[str, float], cfg: Any, log: Any,
+                 prolog: PrologSteps | None = None):
         self.access, self.jobs, self.store, self.handover, self.view = access, jobs, store, handover, view
         self.health, self.facts, self.sampler, self.clock, self.started = health, facts, sampler, clock, started
         self.stats, self.cfg, self.log = stats, cfg, log
+        self.prolog = prolog   # the prolog's steps, for its fast path; None: every prolog runs them itself
 
     def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
         """One request frame from caller ``uid`` on ``channel`` -> the reply (never raises)."""
@@ -114,7 +121,8 @@ class Ops:
 
     def op_prolog(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """The prolog's fast path: run its steps here, or say why not (the prolog then runs them)."""
-        from gpuperf.prolog import indaemon
+        if self.prolog is None:
+            return protocol.ok(done=False, why="this daemon was started without the prolog's steps")
 
         def register(job: dict[str, Any]) -> dict[str, Any]:
             try:
@@ -123,7 +131,7 @@ class Ops:
                 return protocol.error(str(e))
 
         t0 = time.perf_counter()
-        out = indaemon.run(self.cfg, req.job, self.health(), register, now=self.clock())
+        out = self.prolog(self.cfg, req.job, self.health(), register, now=self.clock())
         out["daemon_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         if not out["done"]:
             self.log.info("prolog left to the hook: %s", out["why"])

@@ -40,9 +40,9 @@ from gpuperf.daemon.channels import Channels, pub_endpoint  # noqa: F401 - part 
 from gpuperf.daemon.chores import Chore, Chores, JobDirPruner, Ticks
 from gpuperf.daemon.handover import Handover
 from gpuperf.daemon.jobs import Jobs, NodeFacts, Registry, RunningJob  # noqa: F401 - part of this module's interface
-from gpuperf.daemon.ops import Access, Ops
+from gpuperf.daemon.ops import Access, Ops, PrologSteps
 from gpuperf.daemon.sampling import Energy, Sweeper, read_energy
-from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock, warm_prolog  # noqa: F401
+from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock  # noqa: F401
 from gpuperf.daemon.store import Store
 from gpuperf.daemon.view import LiveView
 from gpuperf.daemon.workers import Deliveries, ErrorCounters, Health, HealthFn, ProbeLoop, health_from_checks
@@ -78,13 +78,20 @@ class Opened:
 
 
 class Daemon:
-    """The node daemon: composes its parts. ``run()`` blocks until ``stop()``; tests drive it from a thread."""
+    """The node daemon: composes its parts. ``run()`` blocks until ``stop()``; tests drive it from a thread.
+
+    ``prolog``: the prolog's steps for its fast path (``gpuperf.prolog.indaemon.run``), handed in by
+    ``gpuperf daemon`` (``commands/daemon.py``): the hooks sit above the daemon and it imports none of
+    them. Without them the daemon declines every fast-path request and each prolog runs its steps itself.
+    """
 
     def __init__(self, cfg: Any, sampler: Sampler, node: str | None = None,
                  health_fn: HealthFn | None | bool = True,
                  attributor: Attributor | None = None, clock: Callable[[], float] = time.time,
-                 metrics: bool = True, send_summaries: bool = True, xid_source: Any = True):
+                 metrics: bool = True, send_summaries: bool = True, xid_source: Any = True,
+                 prolog: PrologSteps | None = None):
         self.cfg = cfg
+        self.prolog = prolog
         self.sampler = sampler
         self.clock = clock           # replaceable (benchmarks run on sample time): every part reads it through _now
         self.log = log.get("daemon")
@@ -93,14 +100,16 @@ class Daemon:
                                gpu_names(sampler), gpu_names(sampler, "uuid"))
         self.node = self.facts.node
         self.errors = ErrorCounters()
-        health_fn = (health_from_checks(cfg, lambda node: self.errors.note(node.gpus)) if health_fn is True
+        health_fn = (health_from_checks(cfg, lambda node: self.errors.note(node.gpus),
+                                        lambda snap: xids.seen_by(self.xid_source, snap)) if health_fn is True
                      else (health_fn or None))
         self.registry = Registry()
         self.attr = attributor or Attributor()
         # a process's SLURM_JOB_ID is believed only from the registered job's user (attribution.py)
         self.attr.job_uid = self.registry.uid_of
         # NVML's XID events for an NVML sampler; tests hand in their own source (or None)
-        self.xid_source = xids.open_source(sampler, self.log) if xid_source is True else xid_source
+        # remembered (Witness): the health checks count a kernel-log XID only where these events saw it
+        self.xid_source = xids.witnessed(xids.open_source(sampler, self.log) if xid_source is True else xid_source)
         self.want_metrics = metrics and cfg.daemon.metrics_port > 0
         self.access = Access.from_config(cfg)
         self.stats: dict[str, float] = {"sweeps": 0, "skipped": 0, "errors": 0, "mismatches": 0, "sweep_s": 0.0,
@@ -188,7 +197,6 @@ class Daemon:
             raise
         for t in self._threads:
             t.start()
-        warm_prolog(self.log)
         if self.want_metrics:
             serve_metrics(self.cfg, self.view.current, self.log)
         self.view.publish()
@@ -224,7 +232,7 @@ class Daemon:
                           xid_source=self.xid_source, view=self.view, pub=channels.pub, stats=self.stats, log=lg)
         ops = Ops(access=self.access, jobs=jobs, store=store, handover=handover, view=self.view,
                   health=lambda: self.health, facts=self.facts, sampler=self.sampler, clock=self._now,
-                  started=self.started, stats=self.stats, cfg=cfg, log=lg)
+                  started=self.started, stats=self.stats, cfg=cfg, log=lg, prolog=self.prolog)
         self._threads.append(self.deliveries.thread())
         if self._health is not None:
             self._threads.append(self._health.thread())
@@ -277,8 +285,8 @@ class Daemon:
                 self.log.warning("sweep took %.3f s (interval %.3f s): %d tick(s) skipped", took, self.interval_s, skipped)
 
 
-def serve(cfg: Any, backend: str | None = None) -> int:
-    """Run the node daemon until SIGTERM/SIGINT (``gpuperf daemon``)."""
+def serve(cfg: Any, backend: str | None = None, prolog: PrologSteps | None = None) -> int:
+    """Run the node daemon until SIGTERM/SIGINT (``gpuperf daemon``); ``prolog`` as ``Daemon`` takes it."""
     from gpuperf.samplers import SamplerUnavailable, open_sampler
 
     lg = log.get("daemon")
@@ -287,7 +295,7 @@ def serve(cfg: Any, backend: str | None = None) -> int:
     except SamplerUnavailable as e:
         lg.error("no sampler: %s", e)
         return 2
-    d = Daemon(cfg, sampler)
+    d = Daemon(cfg, sampler, prolog=prolog)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: d.stop())
     try:

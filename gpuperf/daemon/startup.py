@@ -1,4 +1,4 @@
-"""What the daemon does once before it serves: take the node's lock, open the store, warm the prolog."""
+"""What the daemon does once before it serves: take the node's lock, open the store, serve /metrics."""
 
 from __future__ import annotations
 
@@ -62,14 +62,6 @@ def open_store(cfg: Any, log: Any) -> Store:
         return make()
     except (sqlite3.Error, OSError) as e:
         raise DaemonError(f"cannot open store {path}: {e}") from None
-
-
-def warm_prolog(log: Any) -> None:
-    """Import the prolog's steps now, so the first job's prolog does not wait for them."""
-    try:
-        from gpuperf.prolog import affinityplan, envplan, indaemon  # noqa: F401
-    except Exception as e:  # noqa: BLE001 - the fast path then fails per request and the prolog runs it
-        log.error("prolog fast path unavailable: %s: %s", type(e).__name__, e)
 
 
 def serve_metrics(cfg: Any, view: Any, log: Any) -> None:

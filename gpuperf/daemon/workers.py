@@ -33,9 +33,11 @@ class ErrorCounters:
         return self.current
 
 
-def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -> HealthFn | None:
+def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None,
+                       nvml_seen: Callable[[dict[str, Any]], Any] | None = None) -> HealthFn | None:
     """The fast checks over a fresh read of the node (None where the checks cannot be imported);
-    ``on_node(node)`` sees each read (the daemon keeps the GPUs' error counters from it)."""
+    ``on_node(node)`` sees each read (the daemon keeps the GPUs' error counters from it); ``nvml_seen``
+    (``xids.seen_by``) corroborates the kernel log's XIDs with NVML's events."""
     try:
         from gpuperf import checks, topology
     except ImportError:
@@ -47,7 +49,7 @@ def health_from_checks(cfg: Any, on_node: Callable[[Any], None] | None = None) -
         topology.remember(node, topology.node_root(cfg))
         if on_node is not None:
             on_node(node)
-        return [r.to_dict() for r in checks.run_fast(node, cfg, [])]
+        return [r.to_dict() for r in checks.run_fast(node, cfg, [], nvml_seen=nvml_seen)]
 
     return run
 

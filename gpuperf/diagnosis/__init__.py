@@ -7,6 +7,7 @@ underfilled, host copies) and the distance to the roofline stand beside the clas
 job into phases, and then the class is that of its longest working phase (start-up and an idle tail
 are phases, never the class of a job that worked), so the class never contradicts the phases.
 Thresholds come from ``[report] thresholds`` in the config (``thresholds.py`` says why each is what it is).
+``jobsummary`` gives the whole summary: the job model's figures with their estimates and this diagnosis.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuperf.model import gpuspecs
+from gpuperf.model.totals import job_totals
 from gpuperf.diagnosis import advice, phases, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
@@ -85,12 +87,14 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
             d.evidence.append(burst)
         d.phases = phases.segment(series, th, s.pcie_link_gbps)
         cls = _from_phases(d, cls)
+        _working_roof(d)
     d.notes = _notes(s, summary, th, d.cls, d.roofline)
     if d.roofline is not None and spec is not None:
         line = _roof_line(d.busy_class or d.cls, d.roofline, spec)
         if line and line not in d.evidence:
             d.evidence.append(line)
     d.recommendations = advice.recommend(d.cls, s, spec, d.roofline, d.findings, d.imbalanced and not unused, th)
+    d.notes += advice.notes(d.busy_class or d.cls, s, spec, d.roofline, th)
     if unused:
         more = advice.recommend(cls, s, spec, d.roofline, d.findings, False, th)
         d.recommendations = (d.recommendations[:1] + [r for r in more if r not in d.recommendations[:1]])[:3]
@@ -123,6 +127,31 @@ def _from_phases(d: Diagnosis, cls: str) -> str:
     return main["class"]
 
 
+# roofline figures that are rates or activities: a job's means over its whole time, rescaled to its working phases
+_SCALED = ("tensor_tflops", "fp32_tflops", "fp64_tflops", "tflops", "dram_gbps", "tflops_job", "compute_roof_pct",
+           "tensor_peak_pct", "dram_roof_pct")
+
+
+def _working_roof(d: Diagnosis) -> None:
+    """The roofline over the working phases: start-up and idle tails (no GPU work, by definition under the idle
+    bar) dilute the job's means by their share, so the means are divided by the working share."""
+    if d.roofline is None or not d.phases:
+        return
+    share = sum(p["share_pct"] for p in d.phases if p.get("work"))
+    if not 0 < share < 95.0:
+        return
+    f = 100.0 / share
+    r = d.roofline
+    for k in _SCALED:
+        if isinstance(r.get(k), (int, float)):
+            r[k] = round(r[k] * f, 1)
+    r["kinds"] = {k: [round(v[0] * f, 1), None if v[1] is None else round(v[1] * f, 1)]
+                  for k, v in (r.get("kinds") or {}).items()}
+    if r.get("bracket"):
+        r["bracket"] = [round(x * f, 1) for x in r["bracket"]]
+    r["working_share_pct"] = round(share, 1)
+
+
 def _confidence(cls: str, s: Signals) -> str:
     if cls == "no_data":
         return "none"
@@ -133,9 +162,6 @@ def _confidence(cls: str, s: Signals) -> str:
 
 def _notes(s: Signals, summary: dict, th: dict[str, float], cls: str, roof: dict[str, Any] | None = None) -> list[str]:
     notes = []
-    if roof is not None and not roof.get("by_kind") and (s.tensor or 0.0) >= th["tensor_unused_pct"]:
-        notes.append("tensor activity by kind not measured here: tensor work priced at bf16 (FP64 tensor work would "
-                     "read up to 15x high, FP8 2x low)")
     if s.util is not None and s.sm is not None and s.util >= 90 and s.sm < 50:
         notes.append(f"NVML utilization {pct(s.util)} but SM active {pct(s.sm)}: 'utilization' only says a "
                      "kernel was running, not how much of the GPU it used")
@@ -177,8 +203,6 @@ def _unused(gpus: list[dict], th: dict[str, float]) -> tuple[dict[str, Any] | No
 
 def _restrict(summary: dict, gpus: list[dict]) -> dict:
     """The summary as if the job had held only ``gpus`` (job-wide figures recomputed)."""
-    from gpuperf.model.summary import job_totals  # summary imports this package; the reverse only at call time
-
     job = job_totals(gpus)
     if job.get("idle_pct") is None:
         # summaries that kept each GPU's no-kernel share but not its seconds (older, or trimmed ones)
@@ -197,9 +221,14 @@ def _roof_line(cls: str, roof: dict[str, Any], spec: gpuspecs.GpuSpec) -> str | 
             return f"busiest pipe: {roofline.DTYPES.get(kind, kind)} at {pct(act)} (no peak known for it)"
         line = (f"estimated {r:.0f} {roofline.KINDS[kind][3]} per GPU of {roofline.DTYPES[kind]} work, "
                 f"its pipe {pct(act)} busy (±{err:.0f}%)")
-        if roof.get("bracket"):
+        if roof.get("working_share_pct"):
+            line += f", over the working phases ({roof['working_share_pct']:.0f}% of the job)"
+        if roof.get("bracket") and kind == "hmma":
             lo, hi = roof["bracket"]
             line += f"; as TF32 {lo:.0f}" + (f", as FP8 {hi:.0f}" if spec.fp8 else "")
+        elif roof.get("bracket"):
+            lo, hi = roof["bracket"]
+            line += f"; kind not measured: {lo:.0f} (as FP64 tensor) to {hi:.0f} (as FP8/INT8)"
         return line
     if cls == "memory_bound" and roof.get("dram_gbps") is not None:
         return (f"estimated {roof['dram_gbps']:.0f} GB/s per GPU of {spec.mem_bw_gbps:.0f} GB/s peak "

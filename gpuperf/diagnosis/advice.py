@@ -109,23 +109,41 @@ def _near_roof(kind: str | None, s: Signals, spec: gpuspecs.GpuSpec | None, roof
         # FP32 matrix math gets the tensor-cores finding; any FP32 math: fewer or cheaper operations
         return [head + " (FP32 on CUDA cores)", "fewer or cheaper operations per element: algebraic "
                 "simplification, fused multiply-adds, fast intrinsics (__expf) where accuracy allows"]
-    # tensor work: HMMA (fp16/bf16, TF32 or FP8), or a tensor share whose kind was not measured
-    unsure = ("HMMA activity does not tell them apart" if kind == "hmma" else "the tensor kind was not measured")
-    r = [head]
-    if spec is not None and spec.fp8:
-        r.append(f"if the job computes in bf16/fp16, not FP8 ({unsure}): Transformer Engine FP8 on this "
-                 f"{spec.model} can nearly double the throughput")
+    # tensor work: HMMA (fp16/bf16, TF32 or FP8 alike), or a tensor share whose kind was not measured: the
+    # datatype is not in evidence, so no precision is recommended (``notes`` says what a narrower one gives)
+    return [head, "the tensor datatype is not measured: kernel names in an Nsight Systems trace show it (see notes)",
+            cheaper]
+
+
+def notes(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[str, Any] | None,
+          th: dict[str, float]) -> list[str]:
+    """What the figures cannot decide but a user may: which peak tensor work is priced at, and the precision
+    question of tensor work at its roof."""
+    out = []
+    fp8 = spec is not None and spec.fp8
+    if roof is not None and not roof.get("by_kind") and (s.tensor or 0.0) >= th["tensor_unused_pct"]:
+        out.append("tensor kind not measured: priced at bf16 (FP64 tensor reads up to 15x high" + (", FP8 2x low)" if fp8
+                                                                                                 else ")"))
+    kind = kind_of(s, roof)
+    roof_pct = (roof or {}).get("compute_roof_pct", s.pipes)
+    if cls != "compute_bound" or kind not in ("hmma", "tensor") or roof_pct is None or roof_pct < th["roof_near_pct"]:
+        return out
+    if fp8:
+        out.append(f"if the tensor work is bf16/fp16, not yet FP8 (not measured): Transformer Engine FP8 can nearly "
+                   f"double it on this {spec.model}")
     else:
-        r.append(f"if the job computes in TF32 or FP32 ({unsure}): bf16/fp16 where accuracy allows")
-    r.append(cheaper)
-    return r
+        out.append("if the tensor work is TF32 (not measured): bf16/fp16 doubles it where accuracy allows")
+    return out
 
 
 def _fewer_bytes(s: Signals) -> str:
-    """Advice to move fewer bytes, for the datatype in evidence (no bf16/FP8 to FP64 work)."""
+    """Advice to move fewer bytes, for the datatype in evidence (none named where none is in evidence)."""
     if (s.fp64 or 0.0) >= 1.0 or (s.dmma or 0.0) >= 1.0:
         return "move fewer bytes: FP32 storage with FP64 accumulation where the numerics allow, fewer passes over the data"
-    return "move fewer bytes: narrower datatypes where accuracy allows (bf16/FP8 activations, quantised weights)"
+    if (s.fp16 or 0.0) >= 1.0 or (s.hmma or 0.0) >= 1.0:
+        return "move fewer bytes: 8-bit storage for 16-bit data where accuracy allows (FP8 activations, quantised weights)"
+    return ("move fewer bytes: a narrower storage datatype where accuracy allows (each halving of the element size "
+            "halves the traffic), fewer passes over the data")
 
 
 def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[str, Any] | None,
@@ -151,6 +169,10 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
                  "move decoding/augmentation to the GPU (NVIDIA DALI, torchvision v2 on CUDA)")
         r.append("overlap host work with GPU work (non_blocking copies, CUDA streams)")
         return r
+    if cls == "transfer_bound" and (s.link_pct is None or s.link_pct < th["transfer_link_pct"]) and \
+            (s.nvlink_gbps or 0.0) >= th["comm_nvlink_gbps"]:
+        return ["keep each GPU's data on it: partition the work so a GPU reads what it holds, not its peers' memory",
+                "overlap the peer copies with compute (cudaMemcpyPeerAsync on a side stream) or move fewer bytes"]
     if cls == "transfer_bound":
         r = ["keep the data on the GPU: copy it once and reuse it across steps instead of moving it every step"]
         if (s.link_pct or 0.0) >= near:
@@ -160,7 +182,11 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
             r.append("copy from pinned (page-locked) host memory, asynchronously and overlapped with compute "
                      "(pin_memory=True, non_blocking=True, a side CUDA stream): pageable copies go through a staging "
                      "buffer at a fraction of the link's rate")
-        r.append("fewer, larger transfers: batch many small copies into one")
+        if s.gdr:
+            r.append("this node has GPUDirect RDMA (nvidia_peermem): data that arrives over the network can land in "
+                     "GPU memory directly (NCCL, UCX, storage clients that use it), without the host copy")
+        else:
+            r.append("fewer, larger transfers: batch many small copies into one")
         return r
     if cls == "launch_bound":
         gaps = 100.0 - s.util if s.util is not None else None

@@ -40,11 +40,17 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     # 2. throttling distorts every other figure (clocks drop), so it is named before the workload's shape
     if s.hw_throttle_share >= th["throttle_share_pct"]:
         return "throttled", [f"hardware/thermal throttling {pct(s.hw_throttle_share)} of the GPU time"]
-    # 3. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
+    # 3. peer copies: NVLink busy with the SMs idle is the copy engines' work (cudaMemcpyPeer); NCCL's
+    # collectives move their bytes with kernels (the 4x H200 all-reduce recording: SM active 12.6%)
+    if (s.nvlink_gbps is not None and s.nvlink_gbps >= th["comm_nvlink_gbps"] and s.sm is not None
+            and s.sm < th["idle_util_pct"] and (s.pipes or 0.0) < th["compute_pipe_pct"]):
+        return "transfer_bound", [f"NVLink {s.nvlink_gbps:.1f} GB/s per GPU while SMs were active {pct(s.sm)}: peer "
+                                  "copies on the copy engines (collectives would run kernels on the SMs)"]
+    # 3b. communication: collective kernels spin on few SMs, which would otherwise read as launch-bound
     comm = _communication(s, th)
     if comm:
         return "communication_bound", comm
-    # 3b. host<->device copies: the copy engine keeps NVML's utilization up (FACTS.md) while the SMs idle
+    # 3c. host<->device copies: the copy engine keeps NVML's utilization up (FACTS.md) while the SMs idle
     xfer = _transfer(s, th)
     if xfer:
         return "transfer_bound", xfer
@@ -54,14 +60,23 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
         return "input_bound", [f"GPU utilization {pct(s.util)}: kernels ran {pct(s.util)} of the time, "
                                f"SM active {pct(s.sm)}", *host_evidence(s)]
     # 5. compute vs memory: whichever of the math pipes and the DRAM is further past its threshold
-    # the integer pipe is math too (hashing, index arithmetic): busy past the bar, it bounds the kernels
-    comp = max(s.pipes or 0.0, s.int_pipe or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
+    comp = (s.pipes or 0.0) / th["compute_pipe_pct"] if th["compute_pipe_pct"] else 0.0
     mem = (s.dram or 0.0) / th["memory_dram_pct"] if th["memory_dram_pct"] else 0.0
     if max(comp, mem) >= 1.0:
         if mem > comp:
-            return "memory_bound", [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
-        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"
-                                 + (f", integer pipe {pct(s.int_pipe)}" if s.int_pipe is not None else "")]
+            ev = [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
+            if (s.dram or 0.0) < th["roof_near_pct"]:
+                # DRAM activity counts the sectors moved, useful or not
+                ev.append("DRAM below its roof: streaming that does not saturate it, or scattered accesses (gathers, "
+                          "sorts, uncoalesced loads) whose wasted sectors keep it busy; GPM cannot tell them apart, "
+                          "Nsight Compute's memory workload analysis (sectors per request) can")
+            return "memory_bound", ev
+        return "compute_bound", [f"tensor active {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM active {pct(s.dram)}"]
+    # 5b. the integer pipe computes every load's and store's address, so streaming kernels keep it busy in
+    # proportion to their traffic: it bounds the kernels only near its roof (hashing, integer math)
+    if s.int_pipe is not None and s.int_pipe >= th["roof_near_pct"]:
+        return "compute_bound", [f"integer pipe {pct(s.int_pipe)} busy, near its roof (tensor {pct(s.tensor)}, FP pipes "
+                                 f"{pct(s.fp_max)}, DRAM {pct(s.dram)}): integer math bounds the kernels"]
     # 6. kernels fill few SMs: launch gaps between small kernels, or grids too small for the GPU
     if spu is not None and spu < th["launch_sm_per_util"]:
         fill = f"GPU utilization {pct(s.util)} but SM active {pct(s.sm)} ({spu:.2f} of the GPU filled while a kernel runs)"
@@ -72,16 +87,18 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
                                 "grids fill few SMs; the figures cannot tell how much is which: an Nsight Systems "
                                 "trace (nsys profile) shows kernel durations and the gaps"]
     # 7. SMs busy, no resource past its bar alone. Math pipes and DRAM together account for the busy
-    # time (each as a share of its bar, summed past 1): a mix of kernels, named by the math where the
-    # pipes reach half their bar (a training step: tensor 26%, DRAM 45%), else by the memory. Short of
-    # that, the warps wait on something that is neither math nor bandwidth.
+    # time (each as a share of its bar, summed past 1): a mix of kernels. Tensor work at half its bar or
+    # more names it compute-bound (a training step: tensor 26%, DRAM 45%); CUDA-core FP work under its bar
+    # beside DRAM traffic is the per-element math of streaming kernels (softmax, normalisation), so
+    # memory-bound. Short of 1, the warps wait on something that is neither math nor bandwidth.
     if s.sm is not None and s.pipes is not None and s.dram is not None:
         mix = f"SM active {pct(s.sm)}, tensor {pct(s.tensor)}, FP pipes {pct(s.fp_max)}, DRAM {pct(s.dram)}"
         if comp + mem >= 1.0:
-            if comp >= 0.5:
-                return "compute_bound", [f"{mix}: a mix of math and memory-bound kernels, the math pipes at "
-                                         f"{comp:.1f} of their bar"]
-            return "memory_bound", [f"{mix}: a mix of kernels, DRAM at {mem:.1f} of its bar"]
+            if (s.tensor or 0.0) >= 0.5 * th["compute_pipe_pct"]:
+                return "compute_bound", [f"{mix}: a mix of tensor-core and memory-bound kernels, the tensor pipes at "
+                                         f"{(s.tensor or 0.0) / th['compute_pipe_pct']:.1f} of their bar"]
+            return "memory_bound", [f"{mix}: streaming kernels with some math per element, DRAM at {mem:.1f} of "
+                                    "its bar and no tensor work"]
         return "latency_bound", [f"{mix}, integer pipe {pct(s.int_pipe)}: SMs busy while no math pipe works and DRAM "
                                  "moves little: the warps wait on memory latency, scattered or uncoalesced accesses, "
                                  "atomics or synchronisation; which of these needs Nsight Compute's warp-stall reasons"]
@@ -91,17 +108,27 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
 
 
 def _transfer(s: Signals, th: dict[str, float]) -> list[str]:
-    """Evidence that host<->device copies bound the job (empty when they do not): the PCIe link near its
-    rate, busier than the SMs, no math pipe or DRAM past its threshold."""
+    """Evidence that host<->device copies bound the job (empty when they do not): no math pipe or DRAM past
+    its bar, and either the PCIe link near its rate on average with the SMs less busy than the link, or
+    (pageable copies: the host stages each chunk between DMA bursts) SMs idle while NVML's utilization
+    (the copy engine's busy time, FACTS.md) is explained by the link running near its rate while busy."""
     link = s.link_pct
-    if link is None or link < th["transfer_link_pct"] or (s.sm is not None and s.sm >= link):
+    if link is None or (s.pipes or 0.0) >= th["compute_pipe_pct"] or (s.dram or 0.0) >= th["memory_dram_pct"]:
         return []
-    if (s.pipes or 0.0) >= th["compute_pipe_pct"] or (s.dram or 0.0) >= th["memory_dram_pct"]:
+    steady = link >= th["transfer_link_pct"] and (s.sm is None or s.sm < link)
+    while_busy = 100.0 * link / s.util if s.util and s.util >= 2 * th["idle_util_pct"] else None
+    staged = (while_busy is not None and while_busy >= th["transfer_link_pct"] and s.sm is not None
+              and s.sm < 2 * th["idle_util_pct"])
+    if not (steady or staged):
         return []
-    way = ("both ways" if (s.pcie_balance or 0.0) >= 0.5 else "mostly one way")
-    return [f"PCIe {s.pcie_dir_gbps:.1f} GB/s per GPU in the busier direction ({way}), {link:.0f}% of the "
-            f"{s.pcie_link_gbps:.0f} GB/s link ({s.pcie_link_from}), while SMs were active {pct(s.sm)}: the GPU "
-            f"waits on host<->device copies (NVML's utilization {pct(s.util)} counts the copy engine as busy)"]
+    way = "both ways" if (s.pcie_balance or 0.0) >= 0.5 else "mostly one way"
+    ev = [f"PCIe {s.pcie_dir_gbps:.1f} GB/s per GPU in the busier direction ({way}), {link:.0f}% of the "
+          f"{s.pcie_link_gbps:.0f} GB/s link ({s.pcie_link_from}), while SMs were active {pct(s.sm)}: the GPU "
+          f"waits on host<->device copies (NVML's utilization {pct(s.util)} counts the copy engine as busy)"]
+    if not steady and while_busy is not None:
+        ev.append(f"{while_busy:.0f}% of the link while the copy engine ran: copies staged through the host "
+                  "between bursts (pageable memory), not kernels, fill the utilization")
+    return ev
 
 
 def _communication(s: Signals, th: dict[str, float]) -> list[str]:

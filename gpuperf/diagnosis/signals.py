@@ -54,6 +54,7 @@ class Signals:
     imma: float | None = None
     dmma: float | None = None
     fp16: float | None = None
+    gdr: bool | None = None             # GPUDirect RDMA loaded on every node (None: not known)
 
     @property
     def pcie_dir_gbps(self) -> float | None:
@@ -142,7 +143,15 @@ def signals(summary: dict, series: dict | None = None) -> Signals:
         imma=num(job.get("tensor_imma_pct")), fp16=num(job.get("fp16_active_pct")),
         dmma=_max(num(job.get("tensor_dmma_pct")), num(job.get("tensor_dfma_pct"))),
         **dict(zip(("pcie_link_gbps", "pcie_link_from"), pcie_link(gpus))),
+        gdr=_all_known([h.get("gpudirect_rdma") for h in hosts]),
     )
+
+
+def _all_known(flags: list[Any]) -> bool | None:
+    """True or False when every host said (all True: True), None when any did not."""
+    if not flags or any(not isinstance(f, bool) for f in flags):
+        return None
+    return all(flags)
 
 
 def _max(*xs: float | None) -> float | None:

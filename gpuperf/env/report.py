@@ -41,14 +41,19 @@ def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[s
             steps[str(rec.get("step") or name[5:-5])[:64]] = {k: rec.get(k) for k in ("exported", "user_kept", "user_forced")}
     seen: dict[str, str] = {}
     for rec in steps.values():
-        for pair in rec.get("exported") or []:
+        for pair in _list(rec.get("exported")):
             if isinstance(pair, list) and len(pair) == 2:
                 seen.setdefault(str(pair[0]), str(pair[1]))
     out_vars = []
-    for v in plan.get("vars") or []:
-        if not isinstance(v, dict) or "name" not in v:
+    for v in _list(plan.get("vars")):
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str):
             continue
         value = v.get("value") if not v.get("per_task") else seen.get(v["name"], "(per task)")
         out_vars.append({"name": v["name"], "value": value, "reason": v.get("reason"), "rule": v.get("rule")})
-    return {"vars": out_vars, "skipped": plan.get("skipped") or [], "notes": plan.get("notes") or [],
+    return {"vars": out_vars, "skipped": _list(plan.get("skipped")), "notes": _list(plan.get("notes")),
             "disabled": plan.get("disabled"), "steps": steps}
+
+
+def _list(x: Any) -> list:
+    """A user's JSON value where a list belongs: the list, else none (``"exported": true`` raised before)."""
+    return x if isinstance(x, list) else []

@@ -28,7 +28,8 @@ def user_read_acl(uid: int) -> bytes:
 
 
 def grant_read(path: str | os.PathLike[str], uid: int | None) -> str:
-    """Make root's 0600 ``path`` readable by ``uid`` too; how: "acl", "group", or "owner" (uid is root/None)."""
+    """Make root's 0600 ``path`` readable by ``uid`` too; how: "acl", "group", "owner" (uid is root/None),
+    or "none: <why>" (then only root reads it: never wider than asked)."""
     if uid is None or uid == os.geteuid():
         return "owner"
     try:
@@ -36,9 +37,12 @@ def grant_read(path: str | os.PathLike[str], uid: int | None) -> str:
         return "acl"
     except OSError as e:
         if e.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP):
-            raise
+            return f"none: {e.strerror}"
     import pwd  # only on a file system without ACLs
 
-    os.chown(path, -1, pwd.getpwuid(uid).pw_gid)
-    os.chmod(path, 0o640)
+    try:
+        os.chown(path, -1, pwd.getpwuid(uid).pw_gid)
+        os.chmod(path, 0o640)
+    except (OSError, KeyError) as e:
+        return f"none: {e}"
     return "group"

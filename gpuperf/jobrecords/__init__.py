@@ -35,9 +35,10 @@ class JobRecords:
         """Every allocation ``ref`` names (the tasks of an array, the components of a het job)."""
         return resolve_mod.resolve(self.slurm, ref if isinstance(ref, JobRef) else jobref.parse(ref))
 
-    def names(self, raw_ids: list[int]) -> dict[int, str]:
-        """raw id -> the name users know (``8_3``), for the ids Slurm knows."""
-        return resolve_mod.names(self.slurm, raw_ids)
+    def names(self, raw_ids: list[int], since: str | None = None) -> dict[int, str]:
+        """raw id -> the name users know (``8_3``), for the ids Slurm knows (``since``: one sacct call
+        over that period first, for long listings)."""
+        return resolve_mod.names(self.slurm, raw_ids, since)
 
     def summary(self, job: Job, source: str = "auto") -> Found | None:
         """The job's summary from the first source that has it, named as users name the job."""

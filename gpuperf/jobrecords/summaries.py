@@ -15,7 +15,8 @@ from typing import Any
 from gpuperf.access.slurm import Slurm, SlurmError
 from gpuperf.controller import clusterstore
 from gpuperf.files import jobstate
-from gpuperf.model import admincomment, summary as summary_mod
+from gpuperf.diagnosis import jobsummary
+from gpuperf.model import admincomment
 
 SOURCES = ("auto", "daemon", "controller", "sacct")
 
@@ -49,7 +50,7 @@ def _from_daemon(cfg: Any, job_id: int, want_live: bool) -> dict | None:
         return None
     ctx = {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
            "job_dir": str(jobstate.job_dir(cfg.general.run_dir, job_id)), "thresholds": cfg.report.thresholds}
-    s = summary_mod.node_summary(aggs, ctx)
+    s = jobsummary.node_summary(aggs, ctx)
     s["live"] = want_live
     return s
 
@@ -61,7 +62,7 @@ def _from_controller(cfg: Any, job_id: int) -> dict | None:
 
 def _from_job_dir(cfg: Any, job_id: int) -> dict | None:
     s = jobstate.read_json(jobstate.job_dir(cfg.general.run_dir, job_id) / "node_summary.json")
-    return s if isinstance(s, dict) and s.get("schema") == summary_mod.SCHEMA else None
+    return s if isinstance(s, dict) and s.get("schema") == jobsummary.SCHEMA else None
 
 
 def _from_sacct(cfg: Any, job_id: int) -> dict | None:

@@ -23,6 +23,9 @@ SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silent
 NODE_BUDGET_BYTES = 4096         # per node: one 8-GPU node's full summary fits (benchmarks/report_sizes.py)
 
 
+MAX_DECODED_BYTES = 4 << 20  # a summary is a few KiB to a few hundred; sacct gives at most 64 KiB of text
+
+
 class AdminCommentError(ValueError):
     """Text that is not a gpuperf AdminComment, or one whose payload is damaged."""
 
@@ -178,8 +181,13 @@ def decode(text: str) -> dict:
     payload = payload.strip("`'\"").upper()
     payload += "=" * (-len(payload) % 8)
     try:
-        raw = zlib.decompress(base64.b32decode(payload))
+        z = zlib.decompressobj()
+        raw = z.decompress(base64.b32decode(payload), MAX_DECODED_BYTES)
+        if z.unconsumed_tail:   # a payload of 40 KB may inflate to 40 GB: stop at the bound
+            raise ValueError(f"inflates past {MAX_DECODED_BYTES} bytes")
         summary = jsoncodec.loads(raw)
+    except RecursionError:
+        raise AdminCommentError("AdminComment payload is nested too deeply") from None
     except (ValueError, zlib.error) as e:
         raise AdminCommentError(f"AdminComment payload is damaged ({len(payload)} chars): {e}") from None
     if not isinstance(summary, dict):

@@ -37,6 +37,9 @@ class GpuSpec:
     # The host link the datasheet names: PCIe generation and lanes (None: not PCIe, e.g. GH200's C2C)
     pcie_gen: int | None = None
     pcie_lanes: int | None = None
+    # INT32 lanes x clock: 64 INT32 units per SM on Hopper and Ampere (16 per SM partition, the H100 and A100
+    # whitepapers), one operation each per clock, at the FP clock; TOPS
+    int32_tops: float | None = None
 
     @property
     def tf32_tflops(self) -> float:
@@ -62,23 +65,25 @@ _L4_DS = "NVIDIA L4 datasheet (nvidia.com/en-us/data-center/l4), sparse figures 
 _V100_DS = "NVIDIA V100 datasheet (nvidia.com/en-us/data-center/v100)"
 _A10_DS = "NVIDIA A10 datasheet (nvidia.com/en-us/data-center/products/a10-gpu), sparse figures halved"
 
-# A100: INT8 tensor 624 TOPS, FP64 tensor 19.5, FP16 non-tensor 78 (whitepaper table 1); PCIe gen4 x16
-_A100_MORE = (624.0, 19.5, 78.0, 4, 16)
+# A100: INT8 tensor 624 TOPS, FP64 tensor 19.5, FP16 non-tensor 78 (whitepaper table 1); PCIe gen4 x16;
+# INT32 108 SMs x 64 x 1410 MHz = 9.7 TOPS
+_A100_MORE = (624.0, 19.5, 78.0, 4, 16, 9.7)
 
 # Matched in order against the NVML device name (lowercase whole words): specific before generic.
 _TABLE: tuple[tuple[tuple[str, ...], GpuSpec], ...] = (
     # H100/H200 SXM: 132 SMs x 4096 dense bf16 FLOP/clk x 1830 MHz = 989.4 TFLOP/s; FP32 132 x 256 x
     # 1980 MHz = 66.9 (NVIDIA H100 whitepaper, "NVIDIA H100 Tensor Core GPU Architecture", table 3).
     # The ground-truth recordings confirm the per-clock rates (benchmarks/results/diag_estimates.md).
-    # INT8 tensor 1979 TOPS, FP64 tensor 67, FP16 non-tensor 133.8 (the same table); PCIe gen5 x16.
-    (("h200 nvl",), GpuSpec("H200 NVL", 835.5, 60.0, 30.0, 4800.0, 900.0, True, _H200_DS, 1545.0, 1776.0, 1671.0, 60.0, 120.0, 5, 16)),
-    (("h200",), GpuSpec("H200 SXM", 989.5, 67.0, 34.0, 4800.0, 900.0, True, _H200_DS, 1830.0, 1980.0, 1979.0, 67.0, 133.8, 5, 16)),
+    # INT8 tensor 1979 TOPS, FP64 tensor 67, FP16 non-tensor 133.8 (the same table); PCIe gen5 x16;
+    # INT32 132 x 64 x 1980 MHz = 16.7 TOPS (NVL: 1776 MHz, 15.0; PCIe: 114 SMs at 1755, 12.8).
+    (("h200 nvl",), GpuSpec("H200 NVL", 835.5, 60.0, 30.0, 4800.0, 900.0, True, _H200_DS, 1545.0, 1776.0, 1671.0, 60.0, 120.0, 5, 16, 15.0)),
+    (("h200",), GpuSpec("H200 SXM", 989.5, 67.0, 34.0, 4800.0, 900.0, True, _H200_DS, 1830.0, 1980.0, 1979.0, 67.0, 133.8, 5, 16, 16.7)),
     (("gh200",), GpuSpec("GH200", 989.5, 67.0, 34.0, 4000.0, 900.0, True, "NVIDIA GH200 datasheet, sparse figures halved",
-                         1830.0, 1980.0, 1979.0, 67.0, 133.8, None, None)),
+                         1830.0, 1980.0, 1979.0, 67.0, 133.8, None, None, 16.7)),
     # H100 NVL: 132 SMs, 835.5 / (132 x 4096) = 1545 MHz; PCIe: 114 SMs, 756.5 / (114 x 4096) = 1620 MHz
-    (("h100 nvl",), GpuSpec("H100 NVL", 835.5, 60.0, 30.0, 3900.0, 600.0, True, _H100_DS, 1545.0, 1776.0, 1671.0, 60.0, 120.0, 5, 16)),
-    (("h100 pcie",), GpuSpec("H100 PCIe", 756.5, 51.0, 26.0, 2000.0, 600.0, True, _H100_DS, 1620.0, 1755.0, 1513.0, 51.0, 102.4, 5, 16)),
-    (("h100",), GpuSpec("H100 SXM", 989.5, 67.0, 34.0, 3350.0, 900.0, True, _H100_DS, 1830.0, 1980.0, 1979.0, 67.0, 133.8, 5, 16)),
+    (("h100 nvl",), GpuSpec("H100 NVL", 835.5, 60.0, 30.0, 3900.0, 600.0, True, _H100_DS, 1545.0, 1776.0, 1671.0, 60.0, 120.0, 5, 16, 15.0)),
+    (("h100 pcie",), GpuSpec("H100 PCIe", 756.5, 51.0, 26.0, 2000.0, 600.0, True, _H100_DS, 1620.0, 1755.0, 1513.0, 51.0, 102.4, 5, 16, 12.8)),
+    (("h100",), GpuSpec("H100 SXM", 989.5, 67.0, 34.0, 3350.0, 900.0, True, _H100_DS, 1830.0, 1980.0, 1979.0, 67.0, 133.8, 5, 16, 16.7)),
     (("b200",), GpuSpec("B200", 2250.0, 75.0, 37.0, 8000.0, 1800.0, True, _B200_DS, None, None, 4500.0, 37.0, None, 5, 16)),
     # A100: 108 SMs x 2048 dense bf16 FLOP/clk x 1410 MHz = 311.9 TFLOP/s, FP32 108 x 128 x 1410 = 19.5
     # (NVIDIA A100 whitepaper, "NVIDIA A100 Tensor Core GPU Architecture", table 1)

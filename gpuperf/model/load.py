@@ -96,6 +96,16 @@ class LoadStats:
                    throttle_s=dict(d["throttle_s"]), comm_s=dict(d["comm_s"]), comm_bytes=dict(d["comm_bytes"]))
 
 
+def same_board(a: str, b: str) -> bool:
+    """Two spellings of one GPU UUID: NVML's ``GPU-<hex>`` and PyTorch's bare ``<hex>`` (the probe's),
+    seen on a real H100 under Slurm (benchmarks/results/gpu/)."""
+    def bare(u: str) -> str:
+        u = str(u).strip().lower()
+        return u[4:] if u.startswith("gpu-") else u
+
+    return bare(a) == bare(b)
+
+
 def node_figures(aggregates: dict[str, Any], names: dict[str, Any] | None = None,
                  probes: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The fleet's per-GPU figures of one node's job (the node summary's ``fleet`` member; the merged job
@@ -110,7 +120,8 @@ def node_figures(aggregates: dict[str, Any], names: dict[str, Any] | None = None
              "xids": [int(x["xid"]) for x in g.get("xids") or [] if isinstance(x, dict) and "xid" in x],
              "xid_count": int(g.get("xid_count") or 0), "errors": g.get("error_growth")}
         pr = (probes or {}).get(str(idx))
-        if isinstance(pr, dict) and (pr.get("uuid") in (None, g.get("uuid")) or g.get("uuid") is None):
+        if isinstance(pr, dict) and (pr.get("uuid") is None or g.get("uuid") is None
+                                     or same_board(pr["uuid"], g["uuid"])):
             e["probe"] = pr
         out.append(e)
     return out

@@ -1,8 +1,11 @@
 """The job summary ``gpuperf.summary.v1``: what a job did with its GPUs, built from the daemon's aggregates.
 
-``node_summary(aggregates, context)`` turns one node's ``JobAggregates.to_dict()`` into a summary;
-``merge(node_summaries, expected_nodes)`` joins the nodes of a multi-node job into one. Both are
-pure apart from reading the env/affinity files the prolog left in the job's state directory.
+``node_part(aggregates, context)`` turns one node's ``JobAggregates.to_dict()`` into a summary's figures;
+``join(node_summaries, expected_nodes)`` joins the nodes of a multi-node job into one. Both are pure
+apart from reading the env/affinity records the prolog and the tasks left in the job's directory
+(``env.report``, ``affinity.report``); the job-wide totals are ``model.totals``'. The ``estimates``
+and the ``diagnosis`` are the diagnosis' (``gpuperf.diagnosis.jobsummary``: ``node_summary`` and
+``merge`` give the whole summary).
 
 Shape (all numbers rounded; ``None`` where the sampler could not measure, never 0)::
 
@@ -31,13 +34,11 @@ which the controller folds into the fleet fingerprints; the merged job summary l
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from gpuperf import diagnosis
-from gpuperf.model import gpuspecs
 from gpuperf.files import jobstate, safeio
-from gpuperf.diagnosis import roofline
 from gpuperf.model.load import node_figures
+from gpuperf.model.totals import J_PER_KWH, job_totals, rounded as _r
 
 SCHEMA = "gpuperf.summary.v1"
 
@@ -59,21 +60,13 @@ _MEANS: dict[str, str] = {
     "power_mean_w": "power_w",
     "sm_clock_mhz": "sm_clock_mhz",
 }
-_PCT_KEYS = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct", "fp16_active_pct",
-             "fp32_active_pct", "fp64_active_pct", "int_active_pct", "tensor_hmma_pct", "tensor_imma_pct",
-             "tensor_dfma_pct", "tensor_dmma_pct", "util_gpu_pct")
 THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
-J_PER_KWH = 3.6e6
 
 
 def _num(x: Any) -> float | None:
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return None
     return float(x)
-
-
-def _r(x: float | None, nd: int = 1) -> float | None:
-    return None if x is None else round(x, nd)
 
 
 def _stat(metrics: dict, name: str, which: str) -> float | None:
@@ -135,86 +128,6 @@ def _gpu_summary(node: str, index: str, g: dict) -> dict[str, Any]:
     return out
 
 
-def _wmean(gpus: list[dict], key: str) -> float | None:
-    """Mean of one per-GPU figure weighted by each GPU's seconds; GPUs without the figure left out."""
-    num = den = 0.0
-    for g in gpus:
-        v = g.get(key)
-        if v is None:
-            continue
-        w = g.get("seconds") or 0.0
-        num += v * w
-        den += w
-    return num / den if den > 0 else None
-
-
-def _sum(gpus: Iterable[dict], key: str) -> float | None:
-    vals = [g[key] for g in gpus if g.get(key) is not None]
-    return sum(vals) if vals else None
-
-
-def _max(gpus: Iterable[dict], key: str) -> float | None:
-    vals = [g[key] for g in gpus if g.get(key) is not None]
-    return max(vals) if vals else None
-
-
-def _spread(gpus: list[dict], key: str) -> float | None:
-    vals = [g[key] for g in gpus if g.get(key) is not None]
-    return max(vals) - min(vals) if len(vals) >= 2 else None
-
-
-def wasted_gpu_seconds(g: dict) -> float:
-    """GPU time not spent on SM work: seconds × (1 − SM active); without SM activity, idle seconds."""
-    seconds = g.get("seconds") or 0.0
-    sm = g.get("sm_active_pct")
-    if sm is not None:
-        return seconds * max(0.0, 1.0 - sm / 100.0)
-    util = g.get("util_gpu_pct")
-    if util is not None:
-        return seconds * max(0.0, 1.0 - util / 100.0)
-    return g.get("idle_s") or 0.0
-
-
-def job_totals(gpus: list[dict]) -> dict[str, Any]:
-    """The job-wide figures from its per-GPU summaries."""
-    out: dict[str, Any] = {"gpu_count": len(gpus)}
-    seconds = sum(g.get("seconds") or 0.0 for g in gpus)
-    out["gpu_hours"] = _r(seconds / 3600.0, 3)
-    out["wasted_gpu_hours"] = _r(sum(wasted_gpu_seconds(g) for g in gpus) / 3600.0, 3)
-    for key in (*_PCT_KEYS, "sm_clock_mhz"):
-        out[key] = _r(_wmean(gpus, key))
-    util, sm = out["util_gpu_pct"], out["sm_active_pct"]
-    out["util_minus_sm_pct"] = _r(util - sm) if util is not None and sm is not None else None
-    out["mem_peak_mib"] = _max(gpus, "mem_peak_mib")
-    out["mem_peak_pct"] = _max(gpus, "mem_peak_pct")
-    out["power_mean_w"] = _r(_sum(gpus, "power_mean_w"))          # all GPUs together
-    out["power_max_w"] = _max(gpus, "power_max_w")                # the highest of one GPU
-    out["power_limit_w"] = _max(gpus, "power_limit_w")
-    out["power_mean_pct_of_limit"] = _r(_wmean([dict(g, x=100.0 * g["power_mean_w"] / g["power_limit_w"])
-                                                for g in gpus if g.get("power_mean_w") is not None
-                                                and g.get("power_limit_w")], "x"))
-    energy = _sum(gpus, "energy_j")
-    out["energy_j"] = _r(energy, 0)
-    out["energy_kwh"] = _r(energy / J_PER_KWH, 4) if energy is not None else None
-    for k in ("nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes"):
-        out[k] = _sum(gpus, k)
-    # mean rate per GPU, the figure comparable with one GPU's link bandwidth
-    out["nvlink_bps"] = _r(_wmean(gpus, "nvlink_bps"), 0)
-    out["pcie_bps"] = _r(_wmean(gpus, "pcie_bps"), 0)
-    thr: dict[str, float] = {}
-    for g in gpus:
-        for k, v in (g.get("throttle_s") or {}).items():
-            thr[k] = _r(thr.get(k, 0.0) + v)
-    out["throttle_s"] = thr
-    idle = _sum(gpus, "idle_s")
-    out["idle_s"] = _r(idle)
-    out["idle_pct"] = _r(100.0 * idle / seconds) if idle is not None and seconds > 0 else None
-    out["temp_max_c"] = _max(gpus, "temp_max_c")
-    out["sm_active_spread_pct"] = _r(_spread(gpus, "sm_active_pct"))
-    out["util_spread_pct"] = _r(_spread(gpus, "util_gpu_pct"))
-    return out
-
-
 def host_summary(host: dict | None) -> dict[str, Any]:
     """Host-side figures: CPU efficiency = CPU time / (allocated CPUs × wall time)."""
     host = host or {}
@@ -230,45 +143,6 @@ def host_summary(host: dict | None) -> dict[str, Any]:
         out["net_bps"] = {nic: _r(((_num(v.get("rx_bytes")) or 0.0) + (_num(v.get("tx_bytes")) or 0.0)) / wall, 0)
                           for nic, v in sorted(net.items()) if isinstance(v, dict)}
     return out
-
-
-def estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Throughput and roofline estimates from activity × the model's dense peak at the clock run (labelled),
-    and the ``roofline.job_estimate`` they came from (None: no single known model), which the diagnosis
-    reuses rather than computing it again over every GPU."""
-    names = sorted({g.get("name") or "" for g in gpus})
-    spec = gpuspecs.lookup(names[0]) if len(names) == 1 else None
-    out: dict[str, Any] = {"label": roofline.LABEL}
-    if spec is None:
-        out["model"] = None
-        if not names:
-            out["note"] = "no GPUs"
-        elif len(names) > 1:
-            out["note"] = "mixed GPU models"
-        else:
-            out["note"] = (f"GPU model {names[0]} not in gpuperf's table" if names[0]
-                           else "GPU model not reported by the sampler")
-        return out, None
-    est = roofline.job_estimate(gpus, spec)
-    out.update(model=spec.model, source=spec.source, peak_tensor_tflops=spec.tensor_bf16_tflops,
-               peak_fp32_tflops=spec.fp32_tflops, peak_mem_bw_gbps=spec.mem_bw_gbps, fp8=spec.fp8,
-               ridge_flop_per_byte=_r(spec.tensor_bf16_tflops * 1e3 / spec.mem_bw_gbps),
-               error_pct=est["kind_error_pct"], clock_scaled=est["clock_scaled"],
-               kind=est["kind"], by_kind=est["by_kind"])
-    # the busier of the tensor and FP pipes sets the compute estimate
-    tflops, bw = est["tflops"], est["dram_gbps"]
-    out["tensor_tflops_est"] = _r(est["tensor_tflops"])
-    out["tflops_est_per_gpu"] = _r(tflops)
-    out["tflops_est_job"] = _r(est["tflops_job"])
-    out["dram_gbps"] = _r(bw)
-    if tflops is not None and bw:
-        intensity = tflops * 1e3 / bw                     # FLOP per byte of DRAM traffic
-        attainable = min(spec.tensor_bf16_tflops, intensity * spec.mem_bw_gbps / 1e3)
-        out["intensity_flop_per_byte"] = _r(intensity, 2)
-        out["roofline_side"] = "memory" if intensity < out["ridge_flop_per_byte"] else "compute"
-        out["attainable_tflops"] = _r(attainable)
-        out["roofline_pct"] = _r(100.0 * tflops / attainable) if attainable > 0 else None
-    return out, est
 
 
 def _quality(aggs: dict, gpus: list[dict]) -> dict[str, Any]:
@@ -324,16 +198,23 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
     return env, affinity
 
 
-def node_summary(aggregates: dict, context: dict) -> dict:
-    """One node's summary from its aggregates.
+def node_part(aggregates: dict, context: dict) -> dict:
+    """One node's summary from its aggregates, but for its ``estimates`` (None) and ``diagnosis``.
 
-    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, thresholds, and
-    gpu_names ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name.
+    context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, gpu_names
+    ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name, gpu_links ({"0": {"gen": 5,
+    "width": 16}}: each GPU's PCIe link from the node's topology) and gpudirect_rdma (whether the node's
+    GPUDirect RDMA module is loaded).
     """
     node = str(context.get("node") or aggregates.get("node") or "")
     gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]
     names = context.get("gpu_names") or {}
+    links = context.get("gpu_links") if isinstance(context.get("gpu_links"), dict) else {}
     for g in gpus:
+        # the GPU's PCIe link as the node's topology read it (the diagnosis's transfer rule needs its rate)
+        link = links.get(str(g["gpu"])) if isinstance(links.get(str(g["gpu"])), dict) else {}
+        if _num(link.get("gen")) and _num(link.get("width")):
+            g["pcie_gen"], g["pcie_width"] = int(link["gen"]), int(link["width"])
         # the model from the node's topology where the sampler did not name it
         if not g["name"] and names.get(str(g["gpu"])):
             g["name"] = names[str(g["gpu"])]
@@ -354,13 +235,14 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         "wall_s": _r(end - start) if start is not None and end is not None else None,
         "gpus": gpus,
         "job": job_totals(gpus),
-        "hosts": {node: host_summary(aggregates.get("host"))},
+        "hosts": {node: dict(host_summary(aggregates.get("host")),
+                             **({"gpudirect_rdma": context["gpudirect_rdma"]}
+                                if isinstance(context.get("gpudirect_rdma"), bool) else {}))},
         "env": {node: env} if env is not None else {},
         "affinity": {node: affinity} if affinity is not None else {},
         "estimates": None,
         "quality": _quality(aggregates, gpus),
     }
-    s["estimates"], roof = estimates(gpus)
     s["fleet"] = node_figures(aggregates, names, context.get("probe"))
     if ignored.reasons:
         # what the job's user left in its files was refused: the summary lacks it, and says so
@@ -369,8 +251,6 @@ def node_summary(aggregates: dict, context: dict) -> dict:
         s["quality"]["reasons"].append(f"{len(ignored.reasons) + ignored.more} job record(s) refused")
     s["quality"]["nodes_expected"] = [node]
     s["quality"]["nodes_missing"] = []
-    series = context.get("series") if isinstance(context.get("series"), dict) else None
-    s["diagnosis"] = diagnosis.diagnose(s, series, thresholds=context.get("thresholds"), roof=roof).to_dict()
     return s
 
 
@@ -401,11 +281,13 @@ def _single(part: dict, expected: list[str]) -> dict:
     return out
 
 
-def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dict | None = None) -> dict:
-    """One summary for a multi-node job; nodes that did not report make it partial and are named.
+def join(node_summaries: list[dict], expected_nodes: list[str]) -> dict:
+    """One summary for a multi-node job, but for its ``estimates`` (None) and ``diagnosis``; nodes that did
+    not report make it partial and are named.
 
-    A job of one node that reported keeps that node's figures and diagnosis (made on the node with its
-    time series, so with phases): nothing to join, and the controller does not diagnose twice."""
+    A job of one node that reported keeps that node's whole summary, diagnosis included (made on the
+    node with its time series, so with phases): nothing to join, and the controller does not diagnose
+    twice. ``diagnosis.jobsummary.merge`` tells the two apart by that ``diagnosis``."""
     parts = [s for s in node_summaries if isinstance(s, dict) and s.get("schema") == SCHEMA]
     nodes = sorted({n for s in parts for n in s.get("nodes", [])})
     expected = list(expected_nodes) or nodes
@@ -438,6 +320,4 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
     }
     if ignored:
         out["quality"]["ignored"] = ignored
-    out["estimates"], roof = estimates(gpus)
-    out["diagnosis"] = diagnosis.diagnose(out, thresholds=thresholds, roof=roof).to_dict()
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpuperf.affinity import plan as affinity
 from gpuperf.affinity.report import APPLIED_DIR, PLAN_FILE, REPORT_FILE
-from gpuperf.files import acl, jobstate
+from gpuperf.files import acl, jobstate, log
 from gpuperf.files.config import Config
 from gpuperf.hookbase.hook import HookState
 from gpuperf.hookbase.jobctx import JobContext
@@ -167,7 +167,9 @@ def _write_atomic(path: Path, text: str, uid: int | None) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(tmp, 0o600)
-    acl.grant_read(tmp, uid)
+    how = acl.grant_read(tmp, uid)
+    if how.startswith("none"):
+        log.get("affinity").warning("%s: the job's user cannot read it (%s): its tasks stay unpinned", path, how[6:])
     os.replace(tmp, path)
 
 

@@ -87,12 +87,12 @@ def window_job(path: str, gpus: int | None = None,
     import os
     import tempfile
 
-    from gpuperf.model import summary
+    from gpuperf.diagnosis import jobsummary
 
     with tempfile.TemporaryDirectory() as d:
         aggs, series = replay_job(trimmed(path, os.path.join(d, "window.jsonl"), window), job_id=7, node="rec", gpus=gpus,
                                   with_series=True)
-    return summary.node_summary(aggs, {"job_id": 7, "node": "rec"}), series
+    return jobsummary.node_summary(aggs, {"job_id": 7, "node": "rec"}), series
 
 
 def achieved(path: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import plotly.offline
 
 from gpuperf.model import gpuspecs
 from gpuperf.diagnosis import roofline
-from gpuperf.report import fleetsection, terminal
+from gpuperf.report import fleetsection, terminal, units
 
 # chart id, title, unit, the series fields summed into the line, scale to the unit
 CHARTS: tuple[tuple[str, str, str, tuple[str, ...], float], ...] = (
@@ -57,23 +57,44 @@ def _combine(s: dict, fields: tuple[str, ...], scale: float) -> list[float | Non
     return out
 
 
+DATE_AXIS_FROM_S = 3600.0  # a job of an hour or more: wall-clock time; shorter: time since its start in s or min
+
+
+def chartable(series: dict[str, dict]) -> bool:
+    """Whether any GPU's series has two samples or more (one sample draws no line: the page shows figures)."""
+    return any(len(v.get("t") or []) >= 2 for v in series.values())
+
+
 def _time_figure(title: str, unit: str, series: dict[str, dict], fields: tuple[str, ...], scale: float,
                  max_points: int) -> go.Figure | None:
+    lines = {k: v for k, v in series.items() if len(v.get("t") or []) >= 2}
+    if not lines:
+        return None
+    t0 = min(v["t"][0] for v in lines.values())
+    span = max(v["t"][-1] for v in lines.values()) - t0
+    per, tunit = units.time_axis(span)
+    dated = span >= DATE_AXIS_FROM_S
     fig = go.Figure()
-    for label, s in sorted(series.items(), key=lambda kv: _sort_key(kv[0])):
+    top = 0.0
+    for label, s in sorted(lines.items(), key=lambda kv: _sort_key(kv[0])):
         y = _combine(s, fields, scale)
-        t = s.get("t") or []
-        if not y or not t or all(v is None for v in y):
+        if not y or all(v is None for v in y):
             continue
-        t2, (y2,) = downsample(list(t), [y], max_points)
-        # epoch seconds -> ms: plotly reads a date axis from milliseconds
-        fig.add_trace(go.Scatter(x=[x * 1000.0 for x in t2], y=y2, mode="lines", name=f"GPU {label}",
+        t2, (y2,) = downsample(list(s["t"]), [y], max_points)
+        top = max([top] + [v for v in y2 if v is not None])
+        # a date axis reads epoch milliseconds; a short job reads best as time since its start
+        x = [v * 1000.0 for v in t2] if dated else [(v - t0) / per for v in t2]
+        fig.add_trace(go.Scatter(x=x, y=y2, mode="lines+markers" if len(t2) < 20 else "lines", name=f"GPU {label}",
                                  line={"width": 1.2}))
     if not fig.data:
         return None
+    # a share is 0-100 %; other units from 0 to at least 1: plotly's own range for near-zero values
+    # ticks in SI prefixes ("500µ %") a person does not read
+    yrange = [0, 100] if unit == "%" else [0, max(top * 1.05, 1.0)]
+    xaxis = {"type": "date"} if dated else {"title": f"time since start ({tunit})", "rangemode": "tozero"}
     fig.update_layout(title=title, height=300, margin={"l": 60, "r": 20, "t": 40, "b": 40},
-                      xaxis={"type": "date"}, yaxis={"title": unit, "rangemode": "tozero"}, legend={"font": {"size": 10}},
-                      template="plotly_white")
+                      xaxis=xaxis, yaxis={"title": unit, "range": yrange},
+                      legend={"font": {"size": 10}}, template="plotly_white")
     return fig
 
 
@@ -157,8 +178,8 @@ def _summary_html(s: dict) -> str:
     parts = [f"<h1>gpuperf report: job {_e(s.get('job_ref') or s.get('job_id'))}</h1>",
              f"<div class='sub'>user {_e(s.get('user') or '?')} · nodes {_e(', '.join(s.get('nodes') or []))} · "
              f"{_e(job.get('gpu_count', 0))} GPU(s) · wall {_e(terminal.fmt_duration(s.get('wall_s')))} · "
-             f"{_n(job.get('gpu_hours'), 2)} GPU-hours, {_n(job.get('wasted_gpu_hours'), 2)} wasted · "
-             f"{_n(job.get('energy_kwh'), 3)} kWh</div>"]
+             f"{_e(units.gpu_time(job.get('gpu_hours')))}, {_e(units.gpu_time(job.get('wasted_gpu_hours')))} wasted · "
+             f"{_e(units.energy(job.get('energy_kwh')))}</div>"]
     if q.get("partial"):
         parts.append(f"<div class='partial'>Partial summary: {_e('; '.join(q.get('reasons') or []))}</div>")
     for reason in q.get("ignored") or []:
@@ -187,7 +208,9 @@ def _summary_html(s: dict) -> str:
             ("Limit W", "power_limit_w"), ("kWh", "energy_kwh"), ("Idle %", "idle_pct"))
     rows = ["<tr>" + "".join(f"<th>{c}</th>" for c, _ in cols) + "</tr>"]
     for g in s.get("gpus") or []:
-        cells = [f"{_e(g.get('node'))}:{_e(g.get('gpu'))}"] + [_n(g.get(k), 3 if k == "energy_kwh" else 0) for _, k in cols[1:]]
+        cells = [f"{_e(g.get('node'))}:{_e(g.get('gpu'))}"] + [
+            _e(units.pct(g.get(k), sign=False)) if c.endswith("%") else _n(g.get(k), 3 if k == "energy_kwh" else 0)
+            for c, k in cols[1:]]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     parts.append("<h2>Per GPU</h2><table id='gpus'>" + "".join(rows) + "</table>")
     e = s.get("estimates") or {}
@@ -216,8 +239,13 @@ def render(s: dict, series: dict[str, dict] | None = None, max_points: int = 200
         why = ((series_note or "").removeprefix("no time series").removeprefix(": ")
                or "the node's store no longer holds this job (summary from the controller or sacct)")
         body.append(f"<p class='note' id='no-series'>No time series: {_e(why)}.</p>")
-    elif series_note:
-        body.append(f"<p class='sub' id='series-source'>Time {_e(series_note)}.</p>")
+    else:
+        if series_note:
+            body.append(f"<p class='sub' id='series-source'>Time {_e(series_note)}.</p>")
+        if not chartable(series):
+            n = max(len(v.get("t") or []) for v in series.values())
+            body.append(f"<p class='note' id='short-series'>Too short for charts ({n} sample{'s' if n != 1 else ''} "
+                        "per GPU): the figures above are the job's.</p>")
     body += [f"<div class='chart'>{_fig_html(f, cid)}</div>" for cid, f in figs]
     body.append("<h2>Summary (gpuperf.summary.v1)</h2><details><summary>JSON</summary><pre>"
                 + _e(json.dumps(s, indent=1, sort_keys=True)) + "</pre></details>")

@@ -6,29 +6,9 @@ mail): one line per task, the most wasteful first, at most ``MAX_TASKS``.
 
 from __future__ import annotations
 
+from gpuperf.report.units import energy, gpu_time, pct
+
 MAX_TASKS = 10
-
-
-def _num(x: object, fmt: str, unit: str = "") -> str:
-    return "n/a" if not isinstance(x, (int, float)) else f"{x:{fmt}}{unit}"
-
-
-def gpu_time(hours: object) -> str:
-    """GPU time as a person writes it: '40 GPU-seconds', '12.5 GPU-minutes', '3.20 GPU-hours'."""
-    if not isinstance(hours, (int, float)):
-        return "n/a GPU-hours"
-    if hours * 3600 < 60:
-        return f"{hours * 3600:.0f} GPU-seconds"
-    if hours < 1:
-        return f"{hours * 60:.1f} GPU-minutes"
-    return f"{hours:.2f} GPU-hours"
-
-
-def energy(kwh: object) -> str:
-    """'0.42 kWh', or Wh below one kWh's tenth ('35 Wh')."""
-    if not isinstance(kwh, (int, float)):
-        return "n/a kWh"
-    return f"{kwh * 1000:.0f} Wh" if kwh < 0.1 else f"{kwh:.2f} kWh"
 
 
 def headline(name: str, s: dict) -> str:
@@ -39,7 +19,7 @@ def headline(name: str, s: dict) -> str:
     parts = [f"{cls}", f"{gpus} GPU" + ("s" if gpus != 1 else ""),
              f"{gpu_time(job.get('gpu_hours'))}" + (f" ({gpu_time(job.get('wasted_gpu_hours'))} wasted)"
                                                      if (job.get("wasted_gpu_hours") or 0) > 0 else ""),
-             f"SM active {_num(job.get('sm_active_pct'), '.0f', '%')}", energy(job.get("energy_kwh"))]
+             f"SM active {pct(job.get('sm_active_pct'))}", energy(job.get("energy_kwh"))]
     if (s.get("quality") or {}).get("partial"):
         parts.append("partial data")
     return f"Job {name}: " + ", ".join(parts)

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuperf.files.safeio import printable_json
+from gpuperf.report import units
 
 BAR_WIDTH = 10
 
@@ -28,7 +29,7 @@ def _row(t: Table, *cells: Any) -> None:
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.0f}%"
+    return units.pct(x)
 
 
 def _bar(pct: float | None, good_high: bool = True) -> Text:
@@ -39,7 +40,7 @@ def _bar(pct: float | None, good_high: bool = True) -> Text:
     full = int(round(p / 100 * BAR_WIDTH))
     score = p if good_high else 100 - p
     style = "green" if score >= 60 else "yellow" if score >= 25 else "red"
-    return Text("█" * full, style=style) + Text("░" * (BAR_WIDTH - full), style="dim") + Text(f" {p:3.0f}%")
+    return Text("█" * full, style=style) + Text("░" * (BAR_WIDTH - full), style="dim") + Text(f" {units.pct(p):>4}")
 
 
 def _bytes(n: float | None) -> str:
@@ -91,7 +92,7 @@ def _header(s: dict) -> Text:
     t.append(f"  user {s.get('user') or '?'}  nodes {','.join(s.get('nodes') or []) or '?'}"
              f"  {job.get('gpu_count', 0)} GPU(s) {', '.join(names)}\n")
     t.append(f"{_when(s.get('start'))} → {_when(s.get('end'))}  wall {fmt_duration(s.get('wall_s'))}"
-             f"  GPU-hours {job.get('gpu_hours', 0):.2f}  wasted {job.get('wasted_gpu_hours', 0):.2f}")
+             f"  {units.gpu_time(job.get('gpu_hours', 0))}, {units.gpu_time(job.get('wasted_gpu_hours', 0))} wasted")
     if s.get("live"):
         t.append("  [running: live from the node daemon]", style="cyan")
     if q.get("partial"):
@@ -155,7 +156,7 @@ def _totals(s: dict) -> Table:
     t.add_column(style="bold")
     t.add_column()
     thr = job.get("throttle_s") or {}
-    _row(t, "Energy", f"{job.get('energy_kwh') or 0:.3f} kWh ({job.get('energy_j') or 0:,.0f} J)")
+    _row(t, "Energy", f"{units.energy(job.get('energy_kwh') or 0)} ({job.get('energy_j') or 0:,.0f} J)")
     _row(t, "Power", _power(job))
     _row(t, "Utilization vs SM", f"NVML util {_pct(job.get('util_gpu_pct'))}, SM active {_pct(job.get('sm_active_pct'))}"
                                    f" (difference {_pct(job.get('util_minus_sm_pct'))})")

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from gpuperf.files.safeio import printable
+from gpuperf.report import units
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 # field, title, unit, fixed top of the scale (None: the largest value of any GPU)
@@ -59,23 +60,32 @@ def render(series: dict[str, dict[str, list]], width: int = 100, color: bool = F
     t1 = max(v["t"][-1] for v in lines.values())
     name_w = max(len(k) for k in lines)  # "node:gpu", or the node daemon's own "gpu"
     label_w = name_w + 4
-    cols_w = max(width - label_w - 16, 10)
+    samples = max(len(v["t"]) for v in lines.values())
+    # no more columns than samples: a job of a few seconds draws its samples, not dots between them
+    cols_w = min(max(width - label_w - 16, 10), samples)
     out = Text()
-    out.append(f"Time series {time.strftime('%H:%M:%S', time.localtime(t0))} → "
-               f"{time.strftime('%H:%M:%S', time.localtime(t1))} ({(t1 - t0) / 60:.1f} min, "
-               f"{(t1 - t0) / cols_w:.0f} s per column)\n", style="bold")
+    if samples < 2:
+        out.append(f"One sample at {time.strftime('%H:%M:%S', time.localtime(t0))}: too short for a chart\n", style="bold")
+    else:
+        out.append(f"Time series {time.strftime('%H:%M:%S', time.localtime(t0))} → "
+                   f"{time.strftime('%H:%M:%S', time.localtime(t1))} ({units.duration(t1 - t0)}, "
+                   f"{units.duration((t1 - t0) / cols_w)} per column)\n", style="bold")
     for field, title, unit, top in METRICS:
         rows = {k: columns(v["t"], v.get(field) or [], t0, t1, cols_w) for k, v in lines.items() if v.get(field)}
         rows = {k: c for k, c in rows.items() if any(x is not None for x in c)}
         if not rows:
             continue
         scale = top if top is not None else max(x for c in rows.values() for x in c if x is not None)
-        out.append(f"{title} (0-{scale:.0f} {unit})\n", style="bold cyan")
+        out.append(f"{title} (0-{max(scale, 1.0):.0f} {unit})\n" if samples >= 2 else f"{title} ({unit})\n",
+                   style="bold cyan")
         for k in sorted(rows, key=_sort_key):
             vals = [x for x in rows[k] if x is not None]
+            mean = sum(vals) / len(vals)
             out.append(f"  GPU {printable(k):<{name_w}} ")
-            out.append(spark(rows[k], scale), style="green")
-            out.append(f"  mean {sum(vals) / len(vals):6.1f}\n")
+            if samples >= 2:
+                out.append(spark(rows[k], scale), style="green")
+                out.append("  mean ")
+            out.append(f"{units.pct(mean) if unit == '%' else f'{mean:.1f}':>6}\n")
     buf = io.StringIO()
     Console(file=buf, width=width + 10, color_system="auto" if color else None, force_terminal=color,
             highlight=False).print(out, end="")

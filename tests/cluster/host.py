@@ -19,7 +19,16 @@ from typing import Callable, Sequence
 # faketime (libfaketime): a slurmctld whose clock is off, for gpuperf doctor's clock check (restart_slurmctld)
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server", "faketime")
 TEST_USER = "gpuperf-user"
-SBIN = Path("/usr/sbin")
+# Prefix mode (machines without Debian or a package registry, e.g. the GPU machines): the same Debian
+# packages as .debs in GPUPERF_SLURM_DEBS, unpacked with dpkg -x into GPUPERF_SLURM_PREFIX (FACTS.md,
+# "Real Slurm on the GPU machines"). Unset: apt installs them into / on Debian.
+SLURM_PREFIX = Path(os.environ.get("GPUPERF_SLURM_PREFIX") or "/")
+SLURM_DEBS = os.environ.get("GPUPERF_SLURM_DEBS", "")
+PREFIX_MODE = SLURM_PREFIX != Path("/")
+SBIN = SLURM_PREFIX / "usr" / "sbin"
+BIN = SLURM_PREFIX / "usr" / "bin"
+# slurmd runs slurmstepd from the path it was built with, whatever its own path
+STEPD_LINK = Path("/usr/sbin/slurmstepd")
 GLOBAL_LOCK = Path("/tmp/gpuperf-slurm-setup.lock")
 MARKER = "GPUPERF_TEST_CLUSTER_DIR"  # in every daemon's environment: whose it is
 
@@ -32,6 +41,10 @@ def can_run() -> str | None:
     """Why this machine cannot host the test cluster, or None when it can."""
     if os.geteuid() != 0:
         return "the Slurm test cluster needs root"
+    if PREFIX_MODE:
+        if (SBIN / "slurmd-wlm").exists() or (SLURM_DEBS and list(Path(SLURM_DEBS).glob("slurmd_*.deb"))):
+            return None
+        return f"GPUPERF_SLURM_PREFIX={SLURM_PREFIX}: no Slurm there and no slurmd .deb in GPUPERF_SLURM_DEBS"
     try:
         osr = Path("/etc/os-release").read_text()
     except OSError:
@@ -59,6 +72,43 @@ def cgroup_v1() -> bool:
     return all(Path(f"/sys/fs/cgroup/{c}/cgroup.procs").exists() for c in ("freezer", "devices", "cpuset"))
 
 
+def cgroup_v2(root: Path = Path("/sys/fs/cgroup")) -> bool:
+    """The unified hierarchy is mounted read-write at /sys/fs/cgroup (the GPU machines); Slurm's
+    cgroup/v2 plugin works there without systemd once the controllers are on (``enable_cgroup_v2``)."""
+    return (root / "cgroup.controllers").exists() and os.access(root / "cgroup.subtree_control", os.W_OK)
+
+
+CGROUP_V2_CONTROLLERS = ("cpuset", "cpu", "memory", "pids")
+
+
+def enable_cgroup_v2(root: Path = Path("/sys/fs/cgroup")) -> list[str]:
+    """Turn on the controllers slurmd's cgroup/v2 needs for child cgroups; returns what it changed.
+
+    A cgroup with processes cannot hand controllers to children ("no internal processes"), so the
+    root's processes move to ``init`` first (FACTS.md); where the controllers are on already
+    (the H200 machines) nothing changes.
+    """
+    done: list[str] = []
+    want = set(CGROUP_V2_CONTROLLERS)
+    have = set((root / "cgroup.subtree_control").read_text().split())
+    if not want <= have:
+        init = root / "init"
+        init.mkdir(exist_ok=True)
+        for pid in (root / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):  # kernel threads stay in the root
+                (init / "cgroup.procs").write_text(pid)
+        (root / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(want - have)))
+        done.append(f"moved the root cgroup's processes to {init}; enabled {sorted(want - have)} for children")
+    sl = root / "system.slice"
+    if not sl.is_dir():
+        sl.mkdir()
+        done.append(f"made {sl}")
+    have = set((sl / "cgroup.subtree_control").read_text().split())
+    if not want <= have:
+        (sl / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(want - have)))
+    return done
+
+
 @contextlib.contextmanager
 def locked(path: Path):
     """Serialise machine-wide setup (apt, useradd, munged) between instances starting together."""
@@ -80,6 +130,8 @@ def sh(argv: Sequence[str], check: bool = True, timeout: float = 120, **kw) -> s
 
 def ensure_packages() -> bool:
     """Install the Debian packages that are missing; True when something was installed."""
+    if PREFIX_MODE:
+        return ensure_prefix()
     with locked(GLOBAL_LOCK):
         missing = [p for p in PACKAGES if "install ok installed" not in
                    sh(["dpkg-query", "-W", "-f=${Status}", p], check=False).stdout]
@@ -89,6 +141,52 @@ def ensure_packages() -> bool:
         sh(["apt-get", "update", "-q"], timeout=600, env=env)
         sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], timeout=900, env=env)
         return True
+
+
+def lib_dirs(prefix: Path = SLURM_PREFIX) -> list[str]:
+    """The unpacked packages' library directories (prefix mode; none for a Debian install)."""
+    if prefix == Path("/"):
+        return []
+    return [str(prefix / d) for d in ("usr/lib/x86_64-linux-gnu/slurm-wlm", "usr/lib/x86_64-linux-gnu",
+                                      "lib/x86_64-linux-gnu")]
+
+
+def plugin_dir(prefix: Path = SLURM_PREFIX) -> str:
+    """Slurm's PluginDir in the prefix ('' for a Debian install: Slurm's built-in path)."""
+    return "" if prefix == Path("/") else str(prefix / "usr/lib/x86_64-linux-gnu/slurm-wlm")
+
+
+def ensure_prefix(prefix: Path = SLURM_PREFIX, debs: str = SLURM_DEBS) -> bool:
+    """Prefix mode: ``dpkg -x`` every .deb of ``debs`` into ``prefix`` once and name the daemons as Slurm
+    calls them. True when something was unpacked."""
+    with locked(GLOBAL_LOCK):
+        unpacked = False
+        if not (prefix / "usr/sbin/slurmd-wlm").exists():
+            files = sorted(Path(debs).glob("*.deb")) if debs else []
+            if not files:
+                raise ClusterError(f"no Slurm in {prefix} and no .debs in GPUPERF_SLURM_DEBS={debs!r}")
+            prefix.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                sh(["dpkg", "-x", f, prefix], timeout=300)
+            unpacked = True
+        for name in ("slurmd", "slurmctld", "slurmstepd"):  # Debian's alternatives, in the prefix
+            link = prefix / "usr/sbin" / name
+            if not link.exists():
+                link.symlink_to(f"{name}-wlm")
+        return unpacked
+
+
+def ensure_stepd_link(prefix: Path = SLURM_PREFIX) -> None:
+    """Prefix mode: link /usr/sbin/slurmstepd to the prefix's when the machine has none (slurmd runs it
+    from its built-in path); ``remove_stepd_link`` takes it away."""
+    if PREFIX_MODE and not os.path.lexists(STEPD_LINK):
+        STEPD_LINK.symlink_to(prefix / "usr/sbin/slurmstepd-wlm")
+
+
+def remove_stepd_link(prefix: Path = SLURM_PREFIX) -> None:
+    """Take away the /usr/sbin/slurmstepd link ``ensure_stepd_link`` made (never one it did not make)."""
+    if PREFIX_MODE and STEPD_LINK.is_symlink() and os.readlink(STEPD_LINK) == str(prefix / "usr/sbin/slurmstepd-wlm"):
+        STEPD_LINK.unlink()
 
 
 def ensure_user(name: str = TEST_USER) -> pwd.struct_passwd:
@@ -108,19 +206,49 @@ def ensure_munge() -> None:
             return
         run = Path("/run/munge")
         run.mkdir(parents=True, exist_ok=True)
-        mu = pwd.getpwnam("munge")
-        os.chown(run, mu.pw_uid, mu.pw_gid)
         run.chmod(0o755)
-        sh(["runuser", "-u", "munge", "--", SBIN / "munged"])
+        if PREFIX_MODE:
+            _start_prefix_munged()
+        else:
+            mu = pwd.getpwnam("munge")
+            os.chown(run, mu.pw_uid, mu.pw_gid)
+            sh(["runuser", "-u", "munge", "--", SBIN / "munged"])
         wait_for(_munge_ok, 10, "munged to answer")
+
+
+def _start_prefix_munged() -> None:
+    """munged of the prefix, as root, its key and files in the prefix; socket at the default path
+    (/run/munge, which libmunge's clients ask: Slurm, gpuperf's collector)."""
+    etc, var = SLURM_PREFIX / "etc/munge", SLURM_PREFIX / "var/munge"
+    for d in (etc, var):
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o700)
+    key = etc / "munge.key"
+    if not key.exists():
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+    # --force: the prefix's directories are not the ones munged vets (group-writable /tmp parents)
+    sh([SBIN / "munged", "--force", f"--key-file={key}", f"--seed-file={var}/munged.seed",
+        f"--log-file={var}/munged.log", f"--pid-file={var}/munged.pid"], env=prefix_env())
+
+
+def prefix_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with the prefix's libraries on LD_LIBRARY_PATH (prefix mode)."""
+    env = dict(os.environ if env is None else env)
+    dirs = lib_dirs()
+    if dirs:
+        env["LD_LIBRARY_PATH"] = ":".join([*dirs, *filter(None, [env.get("LD_LIBRARY_PATH", "")])])
+    return env
 
 
 def _munge_ok() -> bool:
     try:
-        enc = subprocess.run(["/usr/bin/munge", "-n"], capture_output=True, timeout=5)
+        env = prefix_env()
+        enc = subprocess.run([BIN / "munge", "-n"], capture_output=True, timeout=5, env=env)
         if enc.returncode != 0:
             return False
-        return subprocess.run(["/usr/bin/unmunge"], input=enc.stdout, capture_output=True, timeout=5).returncode == 0
+        return subprocess.run([BIN / "unmunge"], input=enc.stdout, capture_output=True, timeout=5,
+                              env=env).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 

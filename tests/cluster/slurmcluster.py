@@ -27,32 +27,50 @@ from typing import Any, Iterable, Sequence
 
 try:
     from . import slurmconf as sc
-    from .host import (MARKER, SBIN, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1, ensure_munge,
-                       ensure_packages, ensure_user, locked, marked, owned, read_pid, sh, terminate, timed, wait_for,
-                       write_file)
+    from .host import (BIN, MARKER, PREFIX_MODE, SBIN, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1,
+                       cgroup_v2, enable_cgroup_v2, ensure_munge, ensure_packages, ensure_stepd_link, ensure_user,
+                       lib_dirs, locked, marked, owned, plugin_dir, read_pid, remove_stepd_link, sh, terminate, timed,
+                       wait_for, write_file)
 except ImportError:  # run as a script: python tests/cluster/slurmcluster.py
     import slurmconf as sc  # type: ignore[no-redef]
-    from host import (MARKER, SBIN, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1,  # type: ignore
-                      ensure_munge, ensure_packages, ensure_user, locked, marked, owned, read_pid, sh, terminate,
-                      timed, wait_for, write_file)
+    from host import (BIN, MARKER, PREFIX_MODE, SBIN, TEST_USER, ClusterError, can_run,  # type: ignore
+                      can_run_multi, cgroup_v1, cgroup_v2, enable_cgroup_v2, ensure_munge, ensure_packages,
+                      ensure_stepd_link, ensure_user, lib_dirs, locked, marked, owned, plugin_dir, read_pid, remove_stepd_link, sh,
+                      terminate, timed, wait_for, write_file)
 
 __all__ = ["ClusterError", "SlurmCluster", "TERMINAL", "can_run", "can_run_multi"]
-SLURM_BIN = Path("/usr/bin")
+SLURM_BIN = BIN  # /usr/bin, or the prefix's (host.SLURM_PREFIX)
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE", "PREEMPTED", "REQUEUED")
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_NODE_ROOT = REPO / "tests" / "data" / "nodes" / "pcie-l40s-2s"
 
 
+def real_gpu_files(dev: Path = Path("/dev")) -> tuple[str, ...]:
+    """This machine's NVIDIA GPUs as device files (/dev/nvidia0, 1, ...; not nvidiactl, nvidia-uvm)."""
+    found = [f for f in dev.glob("nvidia*") if f.name[6:].isdigit() and f.is_char_device()]
+    return tuple(str(f) for f in sorted(found, key=lambda f: int(f.name[6:])))
+
+
 class SlurmCluster:
     """One named test-cluster instance; see README.md for the API."""
 
     def __init__(self, name: str = "pytest", nodes: int = 1, gpus: int = 4, node_root: str | None = None,
-                 cpus: int = 16, extra_conf: str = ""):
+                 cpus: int = 16, extra_conf: str = "", real_gpus: bool = False):
+        gpu_files: tuple[str, ...] = ()
+        if real_gpus:  # the machine's own GPUs, CPUs and topology (gpuperf reads the real node)
+            gpu_files = real_gpu_files()
+            if not gpu_files:
+                raise ClusterError("real_gpus: no /dev/nvidiaN on this machine")
+            node_root, cpus = "", os.cpu_count() or cpus
         if node_root is None:
             node_root = str(DEFAULT_NODE_ROOT) if DEFAULT_NODE_ROOT.is_dir() else ""
+        v1 = cgroup_v1()
         self.layout = sc.make_layout(name, socket.gethostname().split(".")[0], nodes=nodes, gpus=gpus, cpus=cpus,
-                                     node_root=node_root, extra_conf=extra_conf, cgroup_v1=cgroup_v1())
+                                     node_root=node_root, extra_conf=extra_conf, cgroup_v1=v1,
+                                     cgroup_v2=not v1 and cgroup_v2(), gpu_files=gpu_files,
+                                     plugin_dir=plugin_dir(), slurm_bin=str(SLURM_BIN))
+        self.real_gpus = real_gpus
         self.name = name
         self.dir = self.layout.dir
         self.user = TEST_USER
@@ -67,7 +85,8 @@ class SlurmCluster:
             kw = json.loads(meta.read_text())
         except (OSError, ValueError):
             kw = {}
-        return cls(name, **{k: kw[k] for k in ("nodes", "gpus", "node_root", "cpus", "extra_conf") if k in kw})
+        return cls(name, **{k: kw[k] for k in ("nodes", "gpus", "node_root", "cpus", "extra_conf", "real_gpus")
+                            if k in kw})
 
     # ---- facts about the instance -------------------------------------------------------------
 
@@ -90,8 +109,12 @@ class SlurmCluster:
     @property
     def env(self) -> dict[str, str]:
         """What a Slurm or gpuperf command needs to talk to this instance."""
-        return {"SLURM_CONF": str(self.layout.slurm_conf), "GPUPERF_CONFIG": str(self.layout.gpuperf_conf),
-                "PATH": f"{sc.VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"}
+        env = {"SLURM_CONF": str(self.layout.slurm_conf), "GPUPERF_CONFIG": str(self.layout.gpuperf_conf),
+               "PATH": ":".join(dict.fromkeys([str(sc.VENV_BIN), str(SBIN), str(SLURM_BIN), "/usr/sbin", "/usr/bin",
+                                               "/sbin", "/bin"]))}
+        if lib_dirs():  # Slurm unpacked in a prefix: its libraries (libslurmfull, libmunge, ...)
+            env["LD_LIBRARY_PATH"] = ":".join(lib_dirs())
+        return env
 
     def _daemon_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
@@ -150,9 +173,12 @@ class SlurmCluster:
         t["install_s"] = timed(ensure_packages)
         ensure_user()
         ensure_munge()
+        if self.layout.cgroup_v2:
+            t["cgroup_changes"] = len(enable_cgroup_v2())
         if any(self.daemons().values()) and self._stale():
-            self._down(purge=False, timeout=15)
+            self._down(purge=False, timeout=15, restart=True)
         self._write_files()
+        ensure_stepd_link()  # after the stale instance's down, which takes it away
         self._network_up()
         t["files_s"] = time.monotonic() - t0
         running = self.daemons()
@@ -189,7 +215,7 @@ class SlurmCluster:
         for n in l.nodes:
             n.spool.mkdir(parents=True, exist_ok=True)
             n.devdir.mkdir(parents=True, exist_ok=True)
-            for i in range(l.gpus):
+            for i in range(0 if l.real_gpus else l.gpus):
                 dev = n.devdir / f"nvidia{i}"
                 if not dev.is_char_device():
                     dev.unlink(missing_ok=True)
@@ -212,7 +238,7 @@ class SlurmCluster:
         log.chmod(0o666)  # the TaskProlog logs as the job user
         write_file(l.dir / "instance.json", json.dumps({
             "nodes": len(l.nodes), "gpus": l.gpus, "node_root": l.node_root, "cpus": l.cpus,
-            "extra_conf": l.extra_conf}))
+            "extra_conf": l.extra_conf, "real_gpus": l.real_gpus}))
 
     def _start(self, argv: list[str], name: str) -> None:
         """Start a daemon that forks and writes its pid file, and wait for that file."""
@@ -239,28 +265,43 @@ class SlurmCluster:
 
     def _start_mariadb(self) -> None:
         l = self.layout
-        my = pwd.getpwnam("mysql")
+        try:
+            my = pwd.getpwnam("mysql")
+            user, uid, gid = "mysql", my.pw_uid, my.pw_gid
+        except KeyError:  # prefix mode on a machine without MariaDB's user: the server runs as root
+            user, uid, gid = "root", 0, 0
         for d in (l.db_dir, l.db_run):
             d.mkdir(parents=True, exist_ok=True)
-            os.chown(d, my.pw_uid, my.pw_gid)
+            os.chown(d, uid, gid)
+        base = [f"--basedir={SLURM_BIN.parent}"] if PREFIX_MODE else []
         if not (l.db_dir / "mysql").is_dir():
-            sh(["/usr/bin/mariadb-install-db", "--no-defaults", f"--datadir={l.db_dir}", "--user=mysql",
-                 "--auth-root-authentication-method=socket", "--skip-test-db"], timeout=120)
+            sh([str(SLURM_BIN / "mariadb-install-db"), "--no-defaults", *base, f"--datadir={l.db_dir}", f"--user={user}",
+                "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"], timeout=120,
+               env=self._daemon_env())
+        if PREFIX_MODE:
+            base.append(f"--lc-messages-dir={SLURM_BIN.parent / 'share' / 'mysql'}")
         (l.db_run / "mariadbd.pid").unlink(missing_ok=True)
         log = open(l.log_dir / "mariadb.log", "ab")
         # setsid -f: the server outlives this process and is nobody's zombie
-        subprocess.run(["/usr/bin/setsid", "-f", str(SBIN / "mariadbd"), "--no-defaults", f"--datadir={l.db_dir}",
+        subprocess.run(["/usr/bin/setsid", "-f", str(SBIN / "mariadbd"), "--no-defaults", *base, f"--datadir={l.db_dir}",
                         f"--socket={l.db_socket}", f"--pid-file={l.db_run / 'mariadbd.pid'}", "--skip-networking",
-                        "--user=mysql", f"--log-error={l.log_dir / 'mariadb.log'}", "--innodb-buffer-pool-size=64M",
+                        f"--user={user}", f"--log-error={l.log_dir / 'mariadb.log'}", "--innodb-buffer-pool-size=64M",
                         "--performance-schema=OFF", "--skip-name-resolve"],
                        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self._daemon_env(), check=True)
         log.close()
         wait_for(self._db_ok, 60, "MariaDB to answer on its socket (log/mariadb.log)", 0.2)
 
     def _db_ok(self) -> bool:
-        p = subprocess.run(["/usr/bin/mariadb", f"--socket={self.layout.db_socket}", "-N", "-e", "select 1"],
-                           capture_output=True, text=True, timeout=10)
-        return p.returncode == 0
+        """The server greets on its socket (a MySQL handshake packet: protocol version 10); no client
+        program needed (prefix mode carries none)."""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(5)
+                s.connect(str(self.layout.db_socket))
+                head = s.recv(5)
+        except OSError:
+            return False
+        return len(head) == 5 and head[4] == 10
 
     def _start_slurmdbd(self) -> None:
         self._start(["slurmdbd"], "slurmdbd")
@@ -327,7 +368,7 @@ class SlurmCluster:
         with locked(self._lock_path()):
             return self._down(purge, timeout)
 
-    def _down(self, purge: bool, timeout: float) -> float:
+    def _down(self, purge: bool, timeout: float, restart: bool = False) -> float:
         t0 = time.monotonic()
         running = self.daemons()
         if running.get("slurmctld"):
@@ -345,6 +386,8 @@ class SlurmCluster:
         # what is left with our marker is a slurmstepd of ours (it ignores SIGTERM)
         terminate(marked(str(self.dir)), str(self.dir), 0, sig=signal.SIGKILL)
         self._network_down()
+        if not restart:
+            remove_stepd_link()
         if purge and self.dir.is_dir():
             sh(["rm", "-rf", "--one-file-system", str(self.dir)], check=False)
         self.timings["down_s"] = time.monotonic() - t0
@@ -589,9 +632,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=None, help="up: number of slurmd (default 1, or as last up)")
     ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--purge", action="store_true", help="down: also delete the instance directory")
+    ap.add_argument("--real-gpus", action="store_true",
+                    help="up: gres from this machine's /dev/nvidiaN, gpuperf on the real node (its CPUs, NVML)")
     a = ap.parse_args(argv)
-    if a.action == "up" and a.nodes is not None:
-        c = SlurmCluster(a.name, nodes=a.nodes, gpus=a.gpus)
+    if a.action == "up" and (a.nodes is not None or a.real_gpus):
+        c = SlurmCluster(a.name, nodes=a.nodes or 1, gpus=a.gpus, real_gpus=a.real_gpus)
     else:
         c = SlurmCluster.existing(a.name)
     try:

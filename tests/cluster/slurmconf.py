@@ -68,6 +68,14 @@ class Layout:
     bridge: str | None
     node_root: str
     extra_conf: str = ""
+    gpu_files: tuple[str, ...] = ()  # real GPUs (/dev/nvidiaN, one per gres); empty: fake char devices
+    cgroup_v2: bool = False  # the unified hierarchy (cgroup/v2 plugin, no systemd) instead of v1
+    plugin_dir: str = ""  # Slurm unpacked in a prefix (dpkg -x): its plugins; '' = Slurm's built-in path
+    slurm_bin: str = "/usr/bin"  # where sbatch, scontrol, sacct... are (gpuperf's slurm_bin_dir)
+
+    @property
+    def real_gpus(self) -> bool:
+        return bool(self.gpu_files)
 
     @property
     def slurm_conf(self) -> Path:
@@ -122,12 +130,20 @@ def check_name(name: str) -> str:
 
 
 def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: int = 16, mem_mb: int = 16000,
-                node_root: str = "", extra_conf: str = "", root: Path = ROOT, cgroup_v1: bool = True) -> Layout:
+                node_root: str = "", extra_conf: str = "", root: Path = ROOT, cgroup_v1: bool = True,
+                cgroup_v2: bool = False, gpu_files: tuple[str, ...] = (), plugin_dir: str = "",
+                slurm_bin: str = "/usr/bin") -> Layout:
     """The layout of instance ``name`` (pure: same name, same ports and paths).
 
-    ``cgroup_v1``: the machine mounts cgroup v1 controllers (Slurm's cgroup plugins are used on a
-    single node only then; cgroup v2 without systemd is not set up here).
+    ``cgroup_v1`` / ``cgroup_v2``: the machine mounts cgroup v1 controllers / a writable unified
+    hierarchy (Slurm's cgroup plugins are used on a single node only). ``gpu_files``: the real GPUs'
+    device files, one gres each (``gpus`` is then their number); ``plugin_dir``/``slurm_bin``: Slurm
+    unpacked in a prefix.
     """
+    if gpu_files:
+        if nodes != 1:
+            raise ValueError("real GPUs: one node (the machine's own)")
+        gpus = len(gpu_files)
     check_name(name)
     if not 1 <= nodes <= 8:
         raise ValueError(f"nodes must be 1..8, got {nodes}")
@@ -155,14 +171,18 @@ def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: i
         ctld_addr=f"{subnet}.1" if multi else "127.0.0.1",
         ctld_port=base, slurmd_port=base + 1, dbd_port=base + 2, metrics_port=base + 3, collector_port=base + 4,
         first_job_id=1000 + (h % 9000) * 1000,
-        nodes=tuple(node_list), gpus=gpus, cpus=cpus, mem_mb=mem_mb, cgroup=cgroup_v1 and not multi,
+        nodes=tuple(node_list), gpus=gpus, cpus=cpus, mem_mb=mem_mb,
+        cgroup=(cgroup_v1 or cgroup_v2) and not multi, cgroup_v2=cgroup_v2 and not cgroup_v1,
         subnet=subnet, bridge=f"gpbr{h % 100000:05d}" if multi else None,
-        node_root=node_root, extra_conf=extra_conf,
+        node_root=node_root, extra_conf=extra_conf, gpu_files=tuple(gpu_files), plugin_dir=plugin_dir,
+        slurm_bin=slurm_bin,
     )
 
 
-def _topology(cpus: int) -> str:
-    sockets = 2 if cpus % 2 == 0 and cpus >= 2 else 1
+def _topology(cpus: int, real: bool = False) -> str:
+    # fake nodes: 2 sockets (the recorded nodes'); a real node: one socket (the GPU machines' one NUMA node;
+    # gpuperf reads the real topology itself, Slurm only needs CPUs it can bind)
+    sockets = 2 if cpus % 2 == 0 and cpus >= 2 and not real else 1
     return f"CPUs={cpus} Boards=1 SocketsPerBoard={sockets} CoresPerSocket={cpus // sockets} ThreadsPerCore=1"
 
 
@@ -194,6 +214,7 @@ def slurm_conf(l: Layout) -> str:
         "SlurmdDebug=info",
         f"PlugStackConfig={d}/plugstack.conf",
         "SlurmdParameters=config_overrides",
+        *([f"PluginDir={l.plugin_dir}"] if l.plugin_dir else []),
         *plugins,
         "PrologFlags=Alloc,Contain",
         # as packaging/slurm.conf.snippet: gpuperf's watchdog bounds (60 s) end its hooks first, with margin
@@ -227,7 +248,7 @@ def slurm_conf(l: Layout) -> str:
         "DebugFlags=NO_CONF_HASH",
     ]
     for n in l.nodes:
-        lines.append(f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} {_topology(l.cpus)} "
+        lines.append(f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} {_topology(l.cpus, l.real_gpus)} "
                      f"RealMemory={l.mem_mb} Gres=gpu:{l.gpus} State=UNKNOWN")
     lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     if l.extra_conf:
@@ -236,8 +257,11 @@ def slurm_conf(l: Layout) -> str:
 
 
 def gres_conf(l: Layout) -> str:
-    """gres.conf: fake GPUs are character devices (plain files give no CUDA_VISIBLE_DEVICES, FACTS.md)."""
+    """gres.conf: fake GPUs are character devices (plain files give no CUDA_VISIBLE_DEVICES, FACTS.md);
+    real ones their /dev/nvidiaN, one line each (a range would assume they are numbered without gaps)."""
     out = ["AutoDetect=off"]
+    if l.gpu_files:
+        return "\n".join(out + [f"NodeName={l.nodes[0].name} Name=gpu File={f}" for f in l.gpu_files]) + "\n"
     last = l.gpus - 1
     for n in l.nodes:
         files = f"{n.devdir}/nvidia[0-{last}]" if last else f"{n.devdir}/nvidia0"
@@ -246,7 +270,11 @@ def gres_conf(l: Layout) -> str:
 
 
 def cgroup_conf(l: Layout) -> str:
-    """cgroup.conf: v1 hierarchy here (hybrid mount), devices constrained to the job's GPUs."""
+    """cgroup.conf: v1 hierarchy here (hybrid mount), devices constrained to the job's GPUs; v2 (the GPU
+    machines, no systemd): IgnoreSystemd (slurmd makes its own scope), cores constrained too."""
+    if l.cgroup_v2:
+        return ("CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\nConstrainDevices=yes\n"
+                "ConstrainCores=yes\nConstrainRAMSpace=no\n")
     return ("CgroupPlugin=cgroup/v1\nCgroupAutomount=yes\nConstrainDevices=yes\n"
             "ConstrainCores=no\nConstrainRAMSpace=no\n")
 
@@ -265,6 +293,7 @@ def slurmdbd_conf(l: Layout) -> str:
         "StorageUser=root",
         "StorageLoc=slurm_acct_db",
         "DebugLevel=info",
+        *([f"PluginDir={l.plugin_dir}"] if l.plugin_dir else []),
     ]) + "\n"
 
 
@@ -298,7 +327,7 @@ def gpuperf_defaults(l: Layout) -> dict[str, dict[str, Any]]:
             "run_dir": str(l.run_dir),
             "state_dir": str(l.state_dir),
             "log_file": str(l.log_dir / "gpuperf.log"),
-            "slurm_bin_dir": "/usr/bin",
+            "slurm_bin_dir": l.slurm_bin,
             "node_root": l.node_root,
         },
         # job labels on /metrics: the Prometheus tests join on them, as the shipped dashboard does

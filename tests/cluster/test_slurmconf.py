@@ -132,3 +132,31 @@ def test_prolog_epilog_timeout_is_the_snippets_and_above_every_watchdog_bound_wi
     cfg = config.defaults()  # the test cluster's hooks run with the default bounds
     for hook in ("prolog", "epilog"):
         assert watchdog.bound_of(cfg, hook) + TIMEOUT_MARGIN_S <= sc.PROLOG_EPILOG_TIMEOUT_S
+
+
+def test_real_gpus_give_one_gres_line_per_device_and_cgroup_v2_without_systemd():
+    l = sc.make_layout("gpu", "h", gpus=4, cpus=16, cgroup_v1=False, cgroup_v2=True,
+                       gpu_files=("/dev/nvidia0", "/dev/nvidia2"),
+                       plugin_dir="/p/usr/lib/x86_64-linux-gnu/slurm-wlm", slurm_bin="/p/usr/bin")
+    assert l.gpus == 2 and l.real_gpus and l.cgroup and l.cgroup_v2
+    gres = sc.gres_conf(l).splitlines()
+    # one line per device: a range would claim a /dev/nvidia1 this machine does not have
+    assert gres[1:] == ["NodeName=gpun1 Name=gpu File=/dev/nvidia0", "NodeName=gpun1 Name=gpu File=/dev/nvidia2"]
+    conf = sc.slurm_conf(l)
+    assert "PluginDir=/p/usr/lib/x86_64-linux-gnu/slurm-wlm\n" in conf and "Gres=gpu:2 " in conf
+    # slurmdbd loads its plugins (auth/munge, accounting_storage/mysql) from there too
+    assert "PluginDir=/p/usr/lib/x86_64-linux-gnu/slurm-wlm\n" in sc.slurmdbd_conf(l)
+    assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup,task/affinity" in conf
+    assert "SocketsPerBoard=1 CoresPerSocket=16" in conf  # the real node's one NUMA node, not the fake two sockets
+    cg = sc.cgroup_conf(l)
+    assert "CgroupPlugin=cgroup/v2" in cg and "IgnoreSystemd=yes" in cg and "ConstrainDevices=yes" in cg
+    assert sc.gpuperf_defaults(l)["general"]["slurm_bin_dir"] == "/p/usr/bin"
+    with pytest.raises(ValueError, match="one node"):
+        sc.make_layout("gpu", "h", nodes=2, gpu_files=("/dev/nvidia0",))
+
+
+def test_fake_gpus_on_cgroup_v1_are_unchanged():
+    l = sc.make_layout("eng1", "h")
+    assert not l.real_gpus and not l.cgroup_v2 and l.cgroup
+    assert "PluginDir" not in sc.slurm_conf(l) and "CgroupPlugin=cgroup/v1" in sc.cgroup_conf(l)
+    assert sc.gres_conf(l).splitlines()[1].endswith("/dev/eng1n1/nvidia[0-3]")

@@ -224,7 +224,7 @@ def test_end_mail_carries_the_headline_and_falls_back_untouched(gpuperf_config_r
     assert set(by_user) == {"alice", "bob", "carol"}, mails
     g = by_user["alice"]
     assert f"Job_id={gpu} " in g.splitlines()[0] and "Ended" in g.splitlines()[0]  # Slurm's subject kept
-    assert f"Job {gpu}: " in g and "GPU-seconds" in g and f"gpuperf report {gpu}" in g, g
+    assert f"Job {gpu}: " in g and "GPU-second" in g and f"gpuperf report {gpu}" in g, g
     assert "Top recommendation: " in g
     # nothing from gpuperf for a CPU-only job: Slurm's mail as it was (an empty body)
     assert by_user["bob"].splitlines()[1:] == [], by_user["bob"]

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from gpuperf.files import config
-from gpuperf.model import series, summary
+from gpuperf.model import series
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.jobrecords import series as report
 from gpuperf.controller import clusterstore, merge
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuperf.model import admincomment, summary
+from gpuperf.model import admincomment
+from gpuperf.diagnosis import jobsummary as summary
 from report_fixtures import aggregates, context
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import admincomment, series, summary
+from gpuperf.model import admincomment, series
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.files import config
 from gpuperf.controller import accounting, notices, queue
 from gpuperf.report import sacctrows, timechart

@@ -27,7 +27,9 @@ import zmq
 from gpuperf.files import config
 from gpuperf.daemon import client, protocol
 from gpuperf.daemon.server import Daemon
+from gpuperf.prolog import indaemon
 from gpuperf.samplers.base import GpuSample
+from otheruser import OtherUserPython
 
 PY = sys.executable
 
@@ -96,6 +98,7 @@ class Running:
         kw.setdefault("health_fn", lambda: [{"code": "gpu_missing", "status": "ok", "detail": "2 GPUs", "ms": 1.0}])
         kw.setdefault("metrics", False)
         kw.setdefault("send_summaries", False)
+        kw.setdefault("prolog", indaemon.run)   # as ``gpuperf daemon`` composes it
         self.d = Daemon(cfg, sampler, node="n1", **kw)
         self.th = threading.Thread(target=self.d.run, daemon=True)
 
@@ -263,9 +266,11 @@ def test_non_root_caller_is_refused_and_sees_only_own_jobs(base):
         script = base / "nobody_client.py"
         script.write_text(NOBODY_CLIENT)
         os.chmod(script, 0o644)
-        env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"}
-        p = subprocess.run([shutil.which("runuser"), "-u", "nobody", "--", PY, str(script), cfg.daemon.socket_dir,
-                            cfg.daemon.user_socket_dir], capture_output=True, text=True, timeout=60, env=env)
+        # nobody's own readable copy of gpuperf and pyzmq: the checkout and its venv may be private
+        with OtherUserPython(("zmq",)) as py:
+            p = subprocess.run([shutil.which("runuser"), "-u", "nobody", "--", *py.argv, str(script),
+                                cfg.daemon.socket_dir, cfg.daemon.user_socket_dir], capture_output=True, text=True,
+                               timeout=60, env=py.env)
         assert p.returncode == 0, p.stderr
         out = json.loads(p.stdout)
         assert out["register"]["ok"] is False and "refused" in out["register"]["error"]
@@ -421,6 +426,8 @@ def test_top_rows_from_live_reply(base):
     assert [row[0] for row in rows] == ["0", "1"]
     assert rows[0][1] == "-" and rows[1][1] == "95 (root)"
     assert rows[1][2] == "60%" and rows[1][7] == "210 W"
+    # an array task shows as users name it, never by its raw id alone
+    assert top.rows(live, {95: "90_5"})[1][1] == "90_5 (root)"
 
 
 def test_corrupt_store_is_moved_aside_and_replaced(base):

@@ -33,3 +33,12 @@ def test_demo_jobs_replay_their_own_gpus_of_the_nodes_model():
 
 def test_no_recording_of_another_model_is_replayed():
     assert _demo().plan("NVIDIA L40S") == []
+
+
+def test_real_gpu_demo_runs_only_the_workloads_that_fit_the_node():
+    demo = _demo()
+    one = demo.real_plan(1)
+    assert one and all(g == 1 for _, _, g in one)
+    assert ("one-of-two-gpus", "one_busy.py", 2) in demo.real_plan(2)
+    workloads = Path(demo.REPO) / "benchmarks" / "workloads"
+    assert all((workloads / w.split()[0]).is_file() for _, w, _ in demo.real_plan(8))

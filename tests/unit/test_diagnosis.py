@@ -8,7 +8,7 @@ import pytest
 
 from gpuperf.files import config
 from gpuperf import diagnosis
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import fromrecording
 from report_fixtures import aggregates, context
 
@@ -95,11 +95,12 @@ def test_memory_bound_when_dram_dominates_and_compute_when_tensor_does():
     comp, _ = _diag(util_gpu_pct=100.0, sm_active_pct=95.0, tensor_active_pct=90.0, dram_active_pct=25.0,
                     nvlink_tx_bps=0.0, nvlink_rx_bps=0.0)
     assert mem.cls == "memory_bound" and comp.cls == "compute_bound"
-    # FP8 advice only where the GPU model has FP8
-    assert any("FP8" in r for r in comp.recommendations)
+    # FP8 only where the GPU model has FP8, and as a note (the tensor datatype is not in evidence)
+    assert any("FP8" in n for n in comp.notes) and not any("FP8" in r for r in comp.recommendations)
     s = summary.node_summary(aggregates(ngpus=1, name="NVIDIA A100-SXM4-80GB", tensor_active_pct=90.0,
                                         nvlink_tx_bps=0.0, nvlink_rx_bps=0.0), context())
     assert s["diagnosis"]["class"] == "compute_bound" and not any("FP8" in r for r in s["diagnosis"]["recommendations"])
+    assert not any("FP8" in n for n in s["diagnosis"]["notes"])
 
 
 def test_communication_bound_on_busy_nvlink_with_idle_tensor_pipes():

@@ -9,7 +9,8 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuperf.model import admincomment, summary
+from gpuperf.model import admincomment
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf import diagnosis
 from report_fixtures import aggregates, context
 
@@ -19,7 +20,7 @@ _PIPES = ("tensor_active_pct", "fp16_active_pct", "fp32_active_pct", "fp64_activ
 NEEDS = {
     "idle": (_ACTIVITY,), "input_bound": (("util_gpu_pct", "sm_active_pct"),),
     "launch_bound": (("util_gpu_pct",), ("sm_active_pct",)), "memory_bound": (("dram_active_pct",),),
-    "underfilled": (("util_gpu_pct",), ("sm_active_pct",)), "transfer_bound": (("pcie_bps",),),
+    "underfilled": (("util_gpu_pct",), ("sm_active_pct",)), "transfer_bound": (("pcie_bps", "nvlink_bps"),),
     "latency_bound": (("sm_active_pct",), _PIPES, ("dram_active_pct",)),
     "compute_bound": (_PIPES,), "communication_bound": (("nvlink_bps", "pcie_bps", "net_bps"),),
     "throttled": (("throttle_s",),), "busy_unprofiled": (_ACTIVITY,), "unused_gpus": (_ACTIVITY,),

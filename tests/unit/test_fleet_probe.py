@@ -166,3 +166,17 @@ def test_bursts_are_sized_from_warm_calls_not_the_cold_first_one(monkeypatch) ->
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda d: None))
     runs, iters = probe_script._bursts(fake, op, (0,), reps=2, target_s=0.1, settle_s=0.0)
     assert 45 <= iters <= 50 and runs == [pytest.approx(0.002)] * 2   # the cold call alone would have sized 3
+
+
+def test_probe_figures_join_the_board_whatever_the_uuid_spelling() -> None:
+    """PyTorch names a board without NVML's ``GPU-`` prefix (recorded on an H100 under Slurm,
+    benchmarks/results/fleet_probe_h100.json): the probe's figures still ride on that board's entry."""
+    rec = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fleet_probe_h100.json").read_text())
+    torch_uuid = rec["runs"][0]["probe"][0]["uuid"]
+    assert not torch_uuid.startswith("GPU-")
+    kept = {"0": {"t": 1.0, "uuid": torch_uuid, "name": "NVIDIA H100 80GB HBM3", "probe_tflops": 667.7}}
+    aggs = {"gpus": {"0": {"uuid": f"GPU-{torch_uuid}", "name": "NVIDIA H100 80GB HBM3", "seconds": 10.0,
+                           "load": {"busy_s": 0}}}}
+    assert node_figures(aggs, None, kept)[0]["probe"]["probe_tflops"] == 667.7
+    aggs["gpus"]["0"]["uuid"] = "GPU-another-board"
+    assert "probe" not in node_figures(aggs, None, kept)[0]

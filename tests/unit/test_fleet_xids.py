@@ -101,7 +101,7 @@ def test_daemon_attributes_xids_to_gpu_and_running_job(base) -> None:
 
 
 def test_xids_reach_summary_fingerprint_and_report(tmp_path: Path) -> None:
-    from gpuperf.model.summary import node_summary
+    from gpuperf.diagnosis.jobsummary import node_summary
 
     agg = JobAggregates.new(9, "n1", [0, 1], 0.0, 1.0, names={0: "H", 1: "H"}, uuids={0: "GPU-a", 1: "GPU-b"})
     agg.gpus[1].fleet.note_xid(79, 5.0)

@@ -85,7 +85,7 @@ def test_fifo_named_like_a_step_record_does_not_hang_the_env_report(tmp_path):
 # --- safeio: each thing a user can plant is refused with a reason, and nothing else is lost -------
 
 from gpuperf.files import safeio  # noqa: E402
-from gpuperf.model.summary import node_summary  # noqa: E402
+from gpuperf.diagnosis.jobsummary import node_summary  # noqa: E402
 
 
 def _reasons(tmp_path: Path, **kw) -> tuple[list[str], list[str]]:

@@ -8,6 +8,7 @@ import types
 import pytest
 
 from gpuperf.hookbase import hook
+from otheruser import OtherUserPython
 
 
 @pytest.fixture
@@ -109,10 +110,10 @@ def test_taskprolog_of_a_user_job_records_into_the_tasks_dir_the_prolog_made():
         assert os.stat(tasks).st_uid == nobody.pw_uid
         code = ("import os; from gpuperf.hookbase.hook import run_hook; "
                 f"raise SystemExit(run_hook('taskprolog', [], env={env!r}))")
-        r = subprocess.run(["/usr/sbin/runuser", "-u", "nobody", "--", sys.executable, "-c", code],
-                           env={"GPUPERF_CONFIG": cfgp, "PATH": "/usr/bin:/bin",
-                                "PYTHONPATH": os.path.dirname(os.path.dirname(hook.__file__))},
-                           capture_output=True, text=True)
+        # nobody's own readable copy of gpuperf: the checkout may be in a directory nobody cannot enter
+        with OtherUserPython() as py:
+            r = subprocess.run(["/usr/sbin/runuser", "-u", "nobody", "--", *py.argv, "-c", code],
+                               env={"GPUPERF_CONFIG": cfgp, **py.env}, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         recs = [n for n in os.listdir(tasks) if n.startswith("taskprolog.")]
         assert len(recs) == 1 and "cannot record" not in r.stderr

@@ -82,3 +82,32 @@ def test_without_slurm_a_plain_number_is_the_raw_id_and_an_array_task_an_error()
     assert resolve.resolve_one(FakeSlurm(error="sacct not found"), JobRef(12)) == resolve.Job(12, "12")
     with pytest.raises(resolve.JobLookupError, match="Slurm did not answer"):
         resolve.resolve_one(FakeSlurm(error="sacct not found"), JobRef(8, task=3))
+
+
+def _fake_slurm(tmp_path, sacct: str, squeue: str) -> Slurm:
+    """sacct and squeue that print fixed lines (their real output is tested on the cluster)."""
+    for tool, out in (("sacct", sacct), ("squeue", squeue)):
+        (tmp_path / tool).write_text(f"#!/bin/sh\nprintf '{out}'\n")
+        (tmp_path / tool).chmod(0o755)
+    return Slurm(str(tmp_path))
+
+
+def test_job_ids_take_a_tasks_own_name_over_the_bare_array_id_or_a_pending_range(tmp_path):
+    # the last task of array 8 has raw id 8: at its end sacct may still print it as "8" while squeue
+    # says "8_2"; before it starts, both print the pending range "8_[2]"
+    s = _fake_slurm(tmp_path, "8|8|COMPLETED\\n9|8_1|COMPLETED\\n", "8|8_2|COMPLETING\\n")
+    assert s.job_ids("8") == [(8, "8_2", "COMPLETING"), (9, "8_1", "COMPLETED")]
+    s = _fake_slurm(tmp_path, "8|8_[2]|PENDING\\n", "8|8_2|RUNNING\\n")
+    assert s.job_ids("8") == [(8, "8_2", "RUNNING")]
+    s = _fake_slurm(tmp_path, "8|8_2|COMPLETED\\n", "8|8|COMPLETED\\n")
+    assert s.job_ids("8") == [(8, "8_2", "COMPLETED")]
+
+
+def test_names_of_a_long_listing_take_one_call_over_the_period_then_ask_only_the_rest(tmp_path):
+    log = tmp_path / "calls.log"
+    (tmp_path / "sacct").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\nprintf '8|8_3\\n9|9\\n12|10+1\\n'\n")
+    (tmp_path / "sacct").chmod(0o755)
+    got = resolve.names(Slurm(str(tmp_path)), [8, 9, 12, 77], since="2026-11-01T00:00:00")
+    assert got == {8: "8_3", 9: "9", 12: "10+1"}
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and "-S 2026-11-01T00:00:00" in calls[0] and "-j 77 " in calls[1]

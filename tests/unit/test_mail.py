@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import summary
-from gpuperf.report import mailtext
+from gpuperf.diagnosis import jobsummary as summary
+from gpuperf.report import mailtext, units
 from gpuperf.wrappers import mail
 from report_fixtures import aggregates, context
 
@@ -28,8 +28,8 @@ def test_one_job_gets_its_headline_top_recommendation_and_the_command():
     text = mailtext.body([("8_3", s)])
     assert "Job 8_3: " in text and f"{s['job']['gpu_count']} GPUs" in text
     assert f"{s['job']['gpu_hours']:.2f} GPU-hours" in text and "gpuperf report 8_3" in text
-    assert mailtext.gpu_time(3 / 3600) == "3 GPU-seconds" and mailtext.gpu_time(0.25) == "15.0 GPU-minutes"
-    assert mailtext.energy(0.004) == "4 Wh" and mailtext.energy(1.5) == "1.50 kWh"
+    assert units.gpu_time(3 / 3600) == "3 GPU-seconds" and units.gpu_time(0.25) == "15.0 GPU-minutes"
+    assert units.energy(0.004) == "4 Wh" and units.energy(1.5) == "1.50 kWh"
     recs = s["diagnosis"]["recommendations"]
     assert recs and f"Top recommendation: {recs[0]}" in text
 

@@ -114,6 +114,18 @@ def test_daemon_declines_when_the_hook_loaded_other_settings(base, conf):
         assert r.d.running == {}
 
 
+def test_gpuperf_daemon_hands_the_daemon_the_prologs_steps_and_one_without_them_declines(base, conf):
+    from gpuperf.commands import daemon as daemon_cmd
+    from gpuperf.files import log
+
+    assert daemon_cmd.prolog_steps(log.get("daemon")) is indaemon.run   # what ``gpuperf daemon`` composes
+    with Running(conf, ScriptSampler(n=8), health_fn=lambda: HEALTHY, prolog=None) as r:
+        out = fast.try_daemon(job_env(251))
+        assert out.exit_code is None and "without the prolog's steps" in out.why and not out.daemon_down
+        assert r.d.running == {}
+    assert not (Path(conf.general.run_dir) / "jobs" / "251").exists()
+
+
 def test_decline_reasons():
     cfg = config.defaults()
     sent = {"source": cfg.source, "digest": config.digest(cfg)}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuperf.files import jobstate
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.commands import jobs as jobs_cmd
 from gpuperf.controller import clusterstore
 from report_fixtures import aggregates, context

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.report import html, terminal
 from report_fixtures import aggregates, context
 
@@ -139,4 +139,4 @@ def test_terminal_chart_takes_the_node_daemons_short_labels_and_lines_them_up():
     data = {g: {"t": [0.0, 10.0, 20.0], "sm_active_pct": [0.0, 50.0, 100.0]} for g in ("0", "1", "10")}
     rows = [ln for ln in timechart.render(data, width=60).splitlines() if ln.strip().startswith("GPU ")]
     assert len(rows) == 3
-    assert len({ln.index("·") for ln in rows}) == 1, rows  # every GPU's columns start at one place
+    assert len({ln.index(" mean ") for ln in rows}) == 1, rows  # every GPU's columns line up

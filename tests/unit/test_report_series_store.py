@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.model import series, summary
+from gpuperf.model import series
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.controller import clusterstore, merge
 from report_fixtures import aggregates, context
 

@@ -488,7 +488,7 @@ def test_nvml_gpm_reads_tensor_activity_by_kind_and_leaves_unoffered_metrics_non
 
 
 def test_per_kind_metrics_reach_the_summary_as_per_gpu_means_and_none_where_missing(tmp_path):
-    from gpuperf.model import summary
+    from gpuperf.diagnosis import jobsummary as summary
     from gpuperf.report import fromrecording
 
     aggs, _ = fromrecording.replay_job(str(kinds_recording(tmp_path / "k.jsonl")), job_id=3, node="n")

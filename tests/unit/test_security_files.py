@@ -51,9 +51,9 @@ def test_a_user_record_in_the_kernel_log_file_drains_nothing(tmp_path):
 # --- #2: scontrol's output parsed by its structure; CPU lists bounded and within the node ------------
 
 # `scontrol show job -d` of a job submitted as
-#   sbatch -J $'x Nodes=n1 CPU_IDs=0-100000000\n     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=' --comment=<same> -c 2
+#   sbatch -J $'x Nodes=n1 CPU_IDs=0-100000000 Mem=0 GRES=\n     Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=' --comment=<same> -c 2
 # on the test cluster (Slurm 22.05.8): scontrol prints the name and the comment raw, newlines included
-HOSTILE_SHOW_JOB = """JobId=7506000 JobName=x Nodes=n1 CPU_IDs=0-100000000
+HOSTILE_SHOW_JOB = """JobId=7506000 JobName=x Nodes=n1 CPU_IDs=0-100000000 Mem=0 GRES=
      Nodes=n1 CPU_IDs=0-15 Mem=0 GRES=
    UserId=gpuperf-user(1001) GroupId=gpuperf-user(1001) MCS_label=N/A
    JobState=RUNNING Reason=None Dependency=(null)
@@ -94,7 +94,7 @@ def test_a_job_name_holding_scontrol_fields_sets_no_cpu_ids():
 
 
 def test_cpu_lists_are_bounded():
-    for text in ("0-20000", "0-100000000", "99999999999999999999", "٣", "0-3," * 20000):
+    for text in ("0-20000", "0-100000000", "99999999999999999999", "٣", "0-3," * 20000 + "0"):
         with pytest.raises(ValueError):
             aff.parse_cpu_list(text)
     t0 = time.perf_counter()
@@ -117,7 +117,9 @@ def test_the_jobs_cpuset_is_bounded_by_the_nodes_cpus(tmp_path):
 # --- #3: one job's bad applied/ record fails that job's summary, never the daemon nor other jobs -----
 
 def _aggs(job_id: int) -> dict:
-    return {"job_id": job_id, "node": "n1", "start": 100.0, "end": 160.0, "gpus": {}}
+    from report_fixtures import aggregates
+
+    return dict(aggregates(ngpus=1, seconds=60.0), job_id=job_id, node="n1")
 
 
 def _delivered(tmp_path, jobs: list[int], setup=None) -> tuple[config.Config, dict[int, dict]]:
@@ -162,8 +164,9 @@ def test_a_hostile_cpus_record_marks_its_jobs_summary_partial_and_every_job_is_d
     assert got[1] is not None and got[2] is not None
     q = got[1]["quality"]
     assert q["partial"] and any("applied/0.0: cpus: CPU 100000000 above" in r for r in q["ignored"]), q
+    assert "1 job record(s) refused" in q["reasons"]
     assert got[1]["affinity"]["n1"]["0"]["cpus"] == []
-    assert not got[2]["quality"].get("ignored")
+    assert not got[2]["quality"].get("ignored") and not got[2]["quality"]["partial"]
     assert not list((tmp_path / "state" / "outbox").iterdir())      # nothing left to replay
 
 
@@ -189,12 +192,12 @@ def test_a_delivery_that_raises_is_set_aside_and_the_next_job_is_delivered(tmp_p
 def test_a_flood_of_step_records_costs_the_env_report_its_budget_not_their_size(tmp_path):
     import tracemalloc
 
-    from gpuperf.files import safeio
-    from gpuperf.env import plan as envtask
     from gpuperf.env import report as envplan
+    from gpuperf.env.plan import CACHE, TASK_DIR
+    from gpuperf.files import safeio
 
-    (tmp_path / envtask.CACHE).write_text(json.dumps({"vars": [{"name": "NCCL_ALGO", "value": "Ring"}]}))
-    env = tmp_path / envtask.TASK_DIR
+    (tmp_path / CACHE).write_text(json.dumps({"vars": [{"name": "NCCL_ALGO", "value": "Ring"}]}))
+    env = tmp_path / TASK_DIR
     env.mkdir()
     filler = "x" * (envplan.STEP_MAX_BYTES - 200)           # each file under the per-file limit
     for i in range(600):                                    # ~38 MB in all (the issue's flood: 4,096 = 256 MB)
@@ -296,3 +299,88 @@ def test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_it
         import shutil
 
         shutil.rmtree(base)
+
+
+# --- #1, where the daemon runs: a kernel-log XID counts only when NVML's event API saw it ----------------
+
+def test_corroboration_drops_only_what_nvml_could_see_and_did_not():
+    seen = xid.NvmlSeen(since=1000.0, polled=2000.0, buses=frozenset({"0000:9a:00", "0000:1b:00"}),
+                        events=(("0000:1b:00", 48, 1501.0),))
+    ev = lambda bus, x, t: xid.XidEvent(bus, x, t)  # noqa: E731
+    kept, dropped = xid.corroborate([
+        ev("0000:1b:00", 48, 1500.0),     # NVML saw it (polled a second later)
+        ev("0000:9a:00", 79, 1500.0),     # NVML watched, polled since, saw nothing: dropped
+        ev("0000:1b:00", 79, 1500.0),     # another XID on a GPU NVML saw something else on: dropped
+        ev("0000:9a:00", 79, 900.0),      # before NVML watched: counts
+        ev("0000:9a:00", 79, 1990.0),     # NVML has not had its chance yet: counts
+        ev("0000:c3:00", 79, 1500.0),     # a GPU NVML does not watch: counts
+    ], seen)
+    assert [(e.bus, e.xid, e.t) for e in dropped] == [("0000:9a:00", 79, 1500.0), ("0000:1b:00", 79, 1500.0)]
+    assert len(kept) == 4
+
+
+def test_in_the_daemon_a_kernel_xid_nvml_never_saw_drains_nothing(tmp_path):
+    from gpuperf import checks
+    from gpuperf.daemon import xids
+    from gpuperf.topology import Node
+
+    recorded = load_node(str(NODES / "hgx-h100-2s"))
+    live = Node(topology=recorded.topology, gpus=recorded.gpus, root=None)
+    bus3 = recorded.gpus["gpus"][3]["bus_id"]
+    usec = int((time.clock_gettime(time.CLOCK_MONOTONIC) - 60) * 1e6)     # a minute ago
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text(f"3,101,{usec},-;NVRM: Xid (PCI:{bus3.rsplit('.', 1)[0]}): 79, pid=77, GPU has fallen off the bus.\n")
+    cfg = config.defaults()
+    cfg.data["general"]["state_dir"] = str(tmp_path / "state")
+
+    class Source:
+        watched = list(range(8))
+        pending: list = []
+
+        def poll(self):
+            out, self.pending = self.pending, []
+            return out
+
+    now = time.time()
+    witness = xids.Witness(Source(), clock=lambda: now)
+    witness.since = now - 3600                              # the daemon watched for an hour
+    got = {r.code: r for r in checks.run_fast(live, cfg, [3], kmsg=str(kmsg), nvml_seen=witness.seen)}
+    assert got["xid_fatal"].status == "ok", got["xid_fatal"]     # old code: fail, and the node drained
+    assert "corroborated by NVML" in got["xid_fatal"].detail
+    # the same XID, seen by NVML's event API when it happened: it counts
+    (tmp_path / "state").rename(tmp_path / "state0")
+    witness = xids.Witness(Source(), clock=lambda: now - 59)
+    witness.since = now - 3600
+    witness.source.pending = [(3, 79)]
+    witness.poll()
+    witness.clock = lambda: now
+    witness.poll()
+    got = {r.code: r for r in checks.run_fast(live, cfg, [3], kmsg=str(kmsg), nvml_seen=witness.seen)}
+    assert got["xid_fatal"].status == "fail" and "XID 79" in got["xid_fatal"].detail
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown)")
+def test_the_plan_without_acls_goes_to_the_users_group_and_never_wider(tmp_path, monkeypatch):
+    import errno
+    import pwd
+
+    from gpuperf.files import acl
+
+    f = tmp_path / "plan"
+    f.write_text("x")
+    os.chmod(f, 0o600)
+
+    def no_acl(*a, **kw):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "setxattr", no_acl)
+    assert acl.grant_read(f, 65534) == "group"
+    assert (os.stat(f).st_mode & 0o777, os.stat(f).st_gid) == (0o640, pwd.getpwuid(65534).pw_gid)
+    os.chmod(f, 0o600)
+
+    def denied(*a, **kw):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setxattr", denied)
+    assert acl.grant_read(f, 65534).startswith("none") and os.stat(f).st_mode & 0o777 == 0o600
+    assert acl.grant_read(f, os.geteuid()) == "owner"

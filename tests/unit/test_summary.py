@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpuperf.files import jobstate
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from report_fixtures import aggregates, context
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from gpuperf.files import config
-from gpuperf.model import summary
+from gpuperf.diagnosis import jobsummary as summary
 from gpuperf.controller import accounting, clusterstore, service, transport
 from report_fixtures import aggregates, context
 

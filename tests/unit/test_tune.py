@@ -234,3 +234,28 @@ def test_tune_refuses_bad_candidates_before_measuring(cand, words, capsys):
 
     rc = cli.main(["tune", "--out", "/nonexistent/rules.toml", "--candidate", cand, "--device", "cpu"])
     assert rc == 2 and words in capsys.readouterr().err
+
+
+def test_tune_queued_timing_reaches_the_benchmark_and_the_record(tmp_path, monkeypatch, capsys):
+    """--timing queued (issue 29: the socket path at every size with the collectives queued behind a GPU
+    sleep) is what the workers time, and the rules file and its JSON say so; without CUDA it is refused."""
+    from gpuperf import cli
+
+    seen = {}
+
+    def fake_measure(sets, nproc, backend, device, size_list, rounds, repeats, **kw):
+        seen.update(kw, sizes=size_list)
+        return {n: result(n, 100.0 if n == "baseline" else 100.1, env=e) for n, e in sets.items()}
+
+    monkeypatch.setattr(nb, "measure", fake_measure)
+    monkeypatch.setattr(nb, "versions", lambda: {"gpus": ["NVIDIA H200"] * 2, "torch": "2.11", "nccl": "2.28.9"})
+    monkeypatch.setattr(nb, "gpuperf_exports", lambda nproc, root=None: ({"OMP_NUM_THREADS": "8"}, {}))
+    out = tmp_path / "tune.toml"
+    rc = cli.main(["tune", "--out", str(out), "--transport", "socket", "--timing", "queued", "--min-size", "8192",
+                   "--max-size", str(256 << 20), "--sizes", ",".join(map(str, SIZES))])
+    assert rc == 0, capsys.readouterr().err
+    assert seen["timing"] == "queued"
+    assert json.loads(out.with_suffix(".json").read_text())["timing"] == "queued"
+    assert "# Timing: queued" in out.read_text()
+    rc = cli.main(["tune", "--out", str(out), "--timing", "queued", "--device", "cpu", "--nproc", "2"])
+    assert rc == 2 and "needs --device cuda" in capsys.readouterr().err

@@ -1,0 +1,69 @@
+"""Hostile job names and job-dir files against the node daemon (issue 28): run the cluster test, render
+its figures as ``benchmarks/results/security_files.md``.
+
+    GPUPERF_PREFIX=/tmp/gp-NAME GPUPERF_TEST_CLUSTER=NAME python3 benchmarks/security_files.py [--no-run]
+
+Runs ``tests/integration/test_hostile_files_slurm.py`` (root, the test cluster NAME, an editable
+install at GPUPERF_PREFIX), then turns ``/tmp/gpuperf-slurm-NAME/security_files_figures.json`` into the
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [
+    ("job-name-one-line", '`--job-name="x Nodes=<node> CPU_IDs=0-100000000 Mem=0 GRES="`',
+     "CPUs from Slurm's own detail line (`cpus_source` scontrol)"),
+    ("job-name-newlines", "name and comment each holding `\\n     Nodes=<node> CPU_IDs=0-15 Mem=0 GRES=`",
+     "two runs of detail lines: none believed (`cpus_source` all)"),
+    ("applied-cpus-bomb", "`applied/0.0` with `cpus=0-100000000` (60 bytes)",
+     "partial; `record ignored: applied/0.0: cpus: CPU 100000000 above the highest CPU id 16383`"),
+    ("next-job", "the node's next job, honest", "complete"),
+    ("env-flood-4096x64k", "4,096 `env/step-N.json` of 65 KB (257 MB)",
+     "partial; 64 records read (4 MiB budget of `env/`), the rest refused and counted"),
+]
+
+
+def render(fig: dict, load: str) -> str:
+    """The results page from the test's figures."""
+    mib = lambda k: f"{k / 1024:.1f}" if k else "?"  # noqa: E731
+    rows = [f"| (daemon at start) | {mib(fig.get('daemon_vmhwm_kib_start'))} | | | | |"]
+    for key, what, result in CASES:
+        f = fig.get(key)
+        if f:
+            rows.append(f"| {what} | {mib(f['daemon_vmhwm_kib'])} | {f['prolog_s']} | {f['epilog_s']} | "
+                        f"{f['job_to_admincomment_s']} | {result} |")
+    return (Path(__file__).with_name("security_files.md.in").read_text()
+            .replace("@ROWS@", "\n".join(rows)).replace("@LOAD@", load))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--no-run", action="store_true", help="render the figures of the last run only")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "security_files.md"))
+    a = ap.parse_args()
+    name = os.environ.get("GPUPERF_TEST_CLUSTER", "pytest")
+    load = ("load average %.2f %.2f %.2f before the run" % os.getloadavg() if not a.no_run
+            else "rendered from the last run; its load average not recorded")
+    if not a.no_run:
+        py = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/python"
+        r = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "tests/integration/test_hostile_files_slurm.py"], cwd=ROOT)
+        if r.returncode:
+            return r.returncode
+    fig = json.loads(Path(f"/tmp/gpuperf-slurm-{name}/security_files_figures.json").read_text())
+    Path(a.out).write_text(render(fig, f"{time.strftime('%Y-%m-%d')}, {load}"))
+    print(a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

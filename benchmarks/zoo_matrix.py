@@ -1,0 +1,288 @@
+"""The workload zoo against the diagnosis (issue 30): class vs label, estimate vs achieved, contradicting advice.
+
+    PYTHONPATH=. python benchmarks/zoo_matrix.py [--out benchmarks/results/zoo]
+
+Every recording in ``tests/data/recordings/zoo/`` (made by ``benchmarks/device/zoo_record.sh``) is
+replayed through the daemon's streaming aggregates and the node summary with its finalize series, the
+path a real job takes (aggregates -> summary -> diagnosis), over the workload process's lifetime
+(``t_proc`` .. the end of its work): start-up, warm-up and idle tails included, as a job has them. Its
+class is set against the LABEL declared in ``benchmarks/workloads/<workload>.py`` (what the workload
+is, written before any diagnosis ran). The estimate is taken over the timed work alone (``t_switch``
+or ``t_start`` .. ``t_end``) and set against the rate the workload counted itself. A recommendation
+matching one of the label's ``contradicts`` categories (``CONTRADICTS`` below) contradicts the label.
+
+Writes ``matrix.md`` (confusion matrix, per-workload classes), ``estimates.md`` (estimate vs achieved by
+datatype), ``contradictions.md`` and ``activity.md`` (pipe and tensor-kind activity each workload showed)
+to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import glob
+import os
+import re
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from gpuperf.diagnosis import jobsummary, phases, roofline  # noqa: E402
+from gpuperf.report import fromrecording  # noqa: E402
+
+# per-GPU activity shown over each workload's timed work (activity.md): which pipe and tensor kind it used
+ACTIVITY = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "tensor_hmma_pct", "tensor_imma_pct",
+            "tensor_dfma_pct", "tensor_dmma_pct", "fp16_active_pct", "fp32_active_pct", "fp64_active_pct",
+            "int_active_pct", "dram_active_pct", "util_gpu_pct")
+RECORDINGS = os.path.join(REPO, "tests", "data", "recordings", "zoo")
+WORKLOADS = os.path.join(HERE, "workloads")
+
+# advice categories a LABEL can name as contradicting it -> what a recommendation of that kind says
+CONTRADICTS: dict[str, str] = {
+    "fp8": r"\bFP8\b|Transformer Engine",
+    # recommending bf16/fp16 (not naming it as a condition, "if the job computes in bf16")
+    "bf16": r"lower precision|mixed precision|autocast|half precision|(use|to|switch to|in) (bf16|fp16|bfloat16)\b(?! or)(?!/fp16, not)",
+    "tf32": r"\bTF32\b",
+    "attention": r"attention",
+    "dataloader": r"DataLoader|num_workers|feed the GPU faster",
+    "cuda_graphs": r"CUDA graphs?\b(?! would not help)|reduce-overhead",
+    "torch_compile": r"torch\.compile",
+    "math_roof": r"math roof|less math per result|fewer FLOPs|tensor cores do this math",
+    "fewer_bytes": r"fewer bytes|DRAM round trips|intermediates stay on chip",
+}
+
+
+def labels(folder: str = WORKLOADS) -> dict[str, dict[str, Any]]:
+    """workload name -> its LABEL, read from the script's source (nothing is imported or run)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(folder, "zoo_*.py"))):
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LABEL" for t in node.targets):
+                out[os.path.basename(path)[:-3]] = ast.literal_eval(node.value)
+    return out
+
+
+def _diagnosis(path: str, window: tuple[float, float], gpus: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary, diagnosis dict) of a job holding ``gpus`` of the recorded GPUs over ``window``, as the epilog
+    builds it (the communication workloads of issue 29 hold 2)."""
+    with tempfile.TemporaryDirectory() as d:
+        trimmed = fromrecording.trimmed(path, os.path.join(d, "w.jsonl"), window)
+        aggs, series = fromrecording.replay_job(trimmed, job_id=7, node="rec", gpus=gpus, with_series=True)
+    s = jobsummary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
+    return s, s["diagnosis"]
+
+
+def contradictions(label: dict[str, Any], diag: dict[str, Any]) -> list[str]:
+    """The recommendations (and findings' fixes) that match a category the label says contradicts it."""
+    texts = list(diag.get("recommendations") or []) + [f.get("fix", "") for f in diag.get("findings") or []]
+    out = []
+    for cat in label.get("contradicts", []):
+        rx = re.compile(CONTRADICTS[cat], re.I)
+        out += [f"{cat}: {t}" for t in texts if rx.search(t)]
+    return sorted(set(out))
+
+
+def estimate(label: dict[str, Any], s: dict[str, Any], diag: dict[str, Any]) -> tuple[float | None, list | None]:
+    """(the diagnosis's estimate of the rate the label names, its stated bracket or None).
+
+    TFLOP/s: the estimate for the kind of math in evidence (``roofline.kinds[kind]``) where the diagnosis
+    gives one, else its ``tflops``; DRAM GB/s; PCIe GB/s (tx + rx) from the summary.
+    """
+    roof = diag.get("roofline") or {}
+    rate = label.get("rate")
+    if rate == "tflops":
+        kinds, kind = roof.get("kinds") or {}, roof.get("kind")
+        if isinstance(kinds.get(kind), (list, tuple)) and len(kinds[kind]) > 1:
+            return kinds[kind][1], roof.get("bracket")
+        return roof.get("tflops"), roof.get("bracket")
+    if rate == "gbps":
+        return roof.get("dram_gbps"), None
+    if rate == "pcie_gbps":
+        bps = (s.get("job") or {}).get("pcie_bps")
+        return (bps / 1e9 if bps is not None else None), None
+    return None, None
+
+
+def judged_error_pct(got: float, est: float | None, bracket: list | None) -> float | None:
+    """The error judged against the stated error: to the point estimate, or 0 inside a stated bracket
+    [low, high] and the distance to its nearer end outside it."""
+    if est is None or not got:
+        return None
+    if bracket and len(bracket) == 2 and bracket[0] is not None and bracket[1] is not None:
+        lo, hi = float(bracket[0]), float(bracket[1])
+        if lo <= got <= hi:
+            return 0.0
+        return 100.0 * ((lo if got < lo else hi) - got) / got
+    return 100.0 * (est - got) / got
+
+
+def stated_error_pct(dtype: str) -> float:
+    """The error the diagnosis states for a datatype's estimate (a per-datatype table where roofline has one)."""
+    by = getattr(roofline, "ERROR_PCT_BY_DTYPE", None)
+    if isinstance(by, dict) and dtype in by:
+        return float(by[dtype])
+    return float(roofline.ERROR_PCT)
+
+
+def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """One recording's row: label, class, contradictions, estimate vs achieved; None when not a zoo workload."""
+    wl = fromrecording.workload(path) or ""
+    label = labs.get(wl)
+    if label is None:
+        return None
+    ach = fromrecording.achieved(path)
+    rec = fromrecording.load_recording(path)
+    gpu = (rec.header.get("gpus") or [{}])[0].get("name") or "?"
+    start = float(ach.get("t_proc", ach.get("t_start", 0.0)))
+    end = max(float(ach.get("t_end", 0.0)), float(ach.get("t_idle_end", 0.0)))
+    # a sweep's rates cover the interval before it: the job window starts one interval before t_proc
+    ngpu = int(label.get("gpus", 1))
+    _, diag = _diagnosis(path, (start - rec.interval_s, end + rec.interval_s), ngpu)
+    row: dict[str, Any] = {"file": os.path.basename(path), "workload": wl, "gpu": gpu, "label": label["class"],
+                           "dtype": label["dtype"], "kind": label["kind"], "framework": label["framework"],
+                           "class": diag.get("class"), "busy_class": diag.get("busy_class"),
+                           "phases": [p.get("class") for p in diag.get("phases") or []],
+                           "recommendations": list(diag.get("recommendations") or []),
+                           "contradicts": contradictions(label, diag), "rate": label.get("rate"),
+                           "exact": bool(label.get("exact", True)), "achieved": None, "estimate": None, "error_pct": None,
+                           "bracket": None, "judged_error_pct": None, "stated_error_pct": stated_error_pct(label["dtype"]),
+                           "activity": {}}
+    rate = label.get("rate")
+    if rate and rate in ach:
+        t0 = float(ach.get("t_switch", ach["t_start"]))
+        s_w, d_w = _diagnosis(path, (t0, float(ach["t_end"])), ngpu)
+        est, bracket = estimate(label, s_w, d_w)
+        got = float(ach[rate])
+        g = (s_w.get("gpus") or [{}])[0]
+        stated = (d_w.get("roofline") or {}).get("kind_error_pct") if rate == "tflops" else None
+        row.update(achieved=got, estimate=est, bracket=bracket, activity={k: g.get(k) for k in ACTIVITY},
+                   error_pct=100.0 * (est - got) / got if est is not None and got else None,
+                   judged_error_pct=judged_error_pct(got, est, bracket))
+        if stated is not None:
+            row["stated_error_pct"] = float(stated)
+    return row
+
+
+def run(folder: str = RECORDINGS) -> list[dict[str, Any]]:
+    """Rows for every zoo recording in ``folder``."""
+    labs = labels()
+    rows = [evaluate(p, labs) for p in sorted(glob.glob(os.path.join(folder, "*.jsonl*")))]
+    return [r for r in rows if r is not None]
+
+
+def scores(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's bars: share classed as labelled, recordings with contradicting advice, per-datatype error."""
+    ok = sum(r["class"] == r["label"] for r in rows)
+    by_dtype: dict[str, list[float]] = defaultdict(list)
+    stated: dict[str, float] = {}
+    for r in rows:
+        if r["judged_error_pct"] is not None and r["exact"]:
+            by_dtype[r["dtype"]].append(abs(r["judged_error_pct"]))
+            stated[r["dtype"]] = min(stated.get(r["dtype"], 1e9), r["stated_error_pct"])
+    return {"n": len(rows), "classed_as_labelled": ok, "classed_pct": 100.0 * ok / len(rows) if rows else 0.0,
+            "with_contradictions": sum(bool(r["contradicts"]) for r in rows),
+            "dtype_max_error_pct": {d: max(v) for d, v in sorted(by_dtype.items())},
+            "dtype_stated_error_pct": dict(sorted(stated.items())),
+            "over_stated_error": sorted(r["file"] for r in rows if r["judged_error_pct"] is not None and r["exact"]
+                                        and abs(r["judged_error_pct"]) > r["stated_error_pct"]),
+            "dtype_missing_estimate": sorted({r["dtype"] for r in rows if r["rate"] and r["exact"]
+                                              and r["achieved"] is not None and r["estimate"] is None})}
+
+
+def _cell(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "n/a" if x is None else fmt.format(x)
+
+
+def matrix_md(rows: list[dict[str, Any]], sc: dict[str, Any]) -> str:
+    """Confusion matrix (label rows, class columns) and the per-recording classes."""
+    labs = sorted({r["label"] for r in rows})
+    classes = sorted({r["class"] for r in rows} | set(labs))
+    count = Counter((r["label"], r["class"]) for r in rows)
+    out = [f"Classed as labelled: {sc['classed_as_labelled']} of {sc['n']} recordings ({sc['classed_pct']:.0f}%); "
+           f"with advice that contradicts the label: {sc['with_contradictions']}.", "",
+           "| label \\ class | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
+    for lab in labs:
+        out.append(f"| **{lab}** | " + " | ".join(str(count[(lab, c)] or "") for c in classes) + " |")
+    out += ["", "| recording | label | class | phases | dtype | kind | framework |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = "" if r["class"] == r["label"] else " ✗"
+        cls = r["class"] + (f" ({r['busy_class']})" if r["busy_class"] else "")
+        out.append(f"| {r['file']} | {r['label']} | {cls}{mark} | {', '.join(r['phases']) or '-'} | {r['dtype']} | "
+                   f"{r['kind']} | {r['framework']} |")
+    return "\n".join(out)
+
+
+def estimates_md(rows: list[dict[str, Any]], sc: dict[str, Any]) -> str:
+    """Estimate vs achieved by datatype, then per recording."""
+    out = ["Error = (estimate - achieved) / achieved over the timed work; where the diagnosis states a bracket "
+           "[low, high] the judged error is 0 inside it and the distance to its nearer end outside. Rows marked ~ "
+           "count a lower bound of their own bytes (sort, gather, FFT, ...) and are not judged.", "",
+           "| datatype | recordings | max abs judged error | stated error |", "|---|---|---|---|"]
+    for d, mx in sc["dtype_max_error_pct"].items():
+        n = sum(1 for r in rows if r["dtype"] == d and r["judged_error_pct"] is not None and r["exact"])
+        out.append(f"| {d} | {n} | {mx:.1f}% | ±{sc['dtype_stated_error_pct'][d]:.0f}% |")
+    if sc["dtype_missing_estimate"]:
+        out.append(f"\nno estimate at all for: {', '.join(sc['dtype_missing_estimate'])}")
+    out += ["", "| recording | dtype | rate | achieved | estimate | bracket | error | judged | stated |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["achieved"] is None:
+            continue
+        err = "n/a" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%" + ("" if r["exact"] else " ~")
+        br = "-" if not r["bracket"] else f"{r['bracket'][0]:.0f}-{r['bracket'][1]:.0f}"
+        out.append(f"| {r['file']} | {r['dtype']} | {r['rate']} | {r['achieved']:.1f} | {_cell(r['estimate'])} | {br} | "
+                   f"{err} | {_cell(r['judged_error_pct'], '{:+.1f}%')} | ±{r['stated_error_pct']:.0f}% |")
+    return "\n".join(out)
+
+
+def activity_md(rows: list[dict[str, Any]]) -> str:
+    """Mean activity per recording over its timed work: the pipes and tensor kinds each workload used."""
+    short = [k.removesuffix("_pct").removesuffix("_active") for k in ACTIVITY]
+    out = ["Mean % over the timed work (GPM through the nvml backend; '-' not offered).", "",
+           "| recording | " + " | ".join(short) + " |", "|---|" + "---|" * len(short)]
+    for r in rows:
+        if r["activity"]:
+            out.append(f"| {r['file']} | " + " | ".join(_cell(r["activity"].get(k)) for k in ACTIVITY) + " |")
+    return "\n".join(out)
+
+
+def contradictions_md(rows: list[dict[str, Any]]) -> str:
+    """Every recommendation that contradicts its recording's label."""
+    out = [f"{sum(bool(r['contradicts']) for r in rows)} of {len(rows)} recordings get advice that contradicts "
+           "their label (category: recommendation).", ""]
+    for r in rows:
+        if r["contradicts"]:
+            out.append(f"- **{r['file']}** (label {r['label']}, {r['dtype']}; classed {r['class']}):")
+            out += [f"  - {c}" for c in r["contradicts"]]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the scores; write the three tables with --out."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", help="folder for matrix.md, estimates.md, contradictions.md, activity.md")
+    a = p.parse_args(argv)
+    rows = run()
+    sc = scores(rows)
+    head = ("Made by `PYTHONPATH=. python benchmarks/zoo_matrix.py --out benchmarks/results/zoo` from the "
+            "recordings in tests/data/recordings/zoo (see its README).\n\n")
+    docs = {"matrix.md": matrix_md(rows, sc), "estimates.md": estimates_md(rows, sc),
+            "contradictions.md": contradictions_md(rows), "activity.md": activity_md(rows)}
+    print(docs["matrix.md"].splitlines()[0])
+    print(docs["estimates.md"])
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        for name, text in docs.items():
+            with open(os.path.join(a.out, name), "w", encoding="utf-8") as f:
+                f.write(head + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
