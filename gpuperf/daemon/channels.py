@@ -83,12 +83,10 @@ class Channels:
             self.log.error("hook socket: cannot bind in %s: %s", cfg.daemon.socket_dir, e)
         self._sync_fds()
 
-    def _rep(self, endpoint: str, max_bytes: int = HARD_MAX_BYTES, rcvhwm: int | None = None) -> zmq.Socket:
+    def _rep(self, endpoint: str) -> zmq.Socket:
         s = self.ctx.socket(zmq.REP)
         s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.MAXMSGSIZE, max_bytes)
-        if rcvhwm is not None:
-            s.setsockopt(zmq.RCVHWM, rcvhwm)
+        s.setsockopt(zmq.MAXMSGSIZE, HARD_MAX_BYTES)
         s.setsockopt(zmq.SNDTIMEO, 1000)
         try:
             s.bind(endpoint)

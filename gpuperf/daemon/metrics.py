@@ -119,6 +119,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _not_allowed(self) -> None:
+        """405 for anything but GET (as prometheus_client's server answers: clients tell it from a Prometheus)."""
+        self.send_response(405)
+        self.send_header("Allow", "GET")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _not_allowed  # noqa: N815
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - a scrape per 15 s is not news
         pass
 

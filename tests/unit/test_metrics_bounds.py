@@ -7,6 +7,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -60,6 +61,19 @@ def test_job_labels_where_the_admin_turns_them_on():
         srv.shutdown()
         srv.server_close()
     assert 'gpuperf_job_gpu_info{gpu="0",jobid="7",user="bob"} 1.0' in text
+
+
+def test_anything_but_get_is_405_as_prometheus_clients_server_answered():
+    # the report tells a Prometheus from another server by it (test_report_prometheus.py, case "error")
+    srv, port = _server()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/query", data=b"q=1"),
+                                   timeout=5)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert e.value.code == 405
 
 
 def test_a_slow_loris_cannot_grow_the_threads_beyond_the_cap():
