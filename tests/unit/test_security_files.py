@@ -266,10 +266,12 @@ def readable_as(uid: int, top: Path) -> list[str]:
             "            out.append(p)\n"
             "        except OSError:\n"
             "            pass\n"
-            "print('\\n'.join(out))\n")
-    p = subprocess.run([sys.executable, "-c", code, str(uid), str(top)], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    return sorted(os.path.relpath(x, top) for x in p.stdout.split())
+            "sys.stdout.write('\\0'.join(['--paths--'] + out))\n")
+    # -S: no site (a .pth of a venv in a private checkout prints its complaint to stdout as another uid)
+    p = subprocess.run([sys.executable, "-S", "-c", code, str(uid), str(top)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "--paths--" in p.stdout, (p.stdout[-500:], p.stderr[-500:])
+    listed = p.stdout.split("--paths--", 1)[1].split("\0")[1:]
+    return sorted(os.path.relpath(x, top) for x in listed)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root (setuid to another user)")
