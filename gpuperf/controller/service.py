@@ -34,6 +34,11 @@ from gpuperf.controller.queue import JobQueue, batch_sizes
 from gpuperf.fleet import ingest as fleet_ingest
 from gpuperf.fleet.fingerprint import FleetStore, default_path as fleet_path
 
+
+class ServiceError(OSError):
+    """The service cannot run as configured (its collector did not start): ``gpuperf daemon --controller`` exits 2."""
+
+
 TICK_S = 0.2
 MERGE_CHUNK = 50        # merges between commits: the collector's writes wait at most one chunk for the lock
 PARSED_KEEP = 2000      # node summaries kept parsed from the collector until their job merges
@@ -283,16 +288,32 @@ class Service:
         ready = threading.Event()
         endpoint: list[str] = []
 
+        failed: list[BaseException] = []
+
         def _ready(ep: str) -> None:
             endpoint.append(ep)
             ready.set()
 
-        threads = [threading.Thread(target=collector.run, args=(stop, _ready), name="collector", daemon=True)]
+        def _collect() -> None:
+            try:
+                collector.run(stop, _ready)
+            except BaseException as e:
+                failed.append(e)
+                ready.set()
+                raise
+
+        threads = [threading.Thread(target=_collect, name="collector", daemon=True)]
         threads += [threading.Thread(target=self._writer_loop, name=f"writer-{i}", daemon=True)
                     for i in range(self.cfg.controller.writers)]
         for t in threads:
             t.start()
         ready.wait(10)
+        if not endpoint:
+            # without its collector the service would run on, deaf to every node (a port in use, a bad bind)
+            stop.set()
+            why = f"{type(failed[0]).__name__}: {failed[0]}" if failed else "no answer in 10 s"
+            raise ServiceError(f"controller service: the collector did not start ({why}); "
+                               f"controller.bind {self.cfg.controller.bind}:{self.cfg.controller.port}")
         self.log.info("controller service: spool %s, %d writers, batches of %d", self.spool,
                       self.cfg.controller.writers, self.cfg.controller.write_batch)
         if on_ready and endpoint:

@@ -42,6 +42,12 @@ class Controller:
     """The controller service in a process of its own, on a free loopback port."""
 
     def __init__(self, base: Path, nofile: tuple[int, int] | None = None):
+        for _ in range(3):  # a free port may be taken again before the service binds it (it then exits: retry)
+            if self._start(base, nofile):
+                return
+        raise AssertionError("the controller did not start on three free ports: " + self.p.stderr.read()[-2000:])
+
+    def _start(self, base: Path, nofile: tuple[int, int] | None) -> bool:
         self.port = _free_port()
         text = (f'[general]\nstate_dir = "{base}"\nlog_file = ""\n[controller]\naddress = "127.0.0.1:{self.port}"\n'
                 f'port = {self.port}\nbind = "0.0.0.0"\n[report]\nadmin_comment = false\n')
@@ -52,7 +58,10 @@ class Controller:
         self.p = subprocess.Popen([sys.executable, str(base / "controller.py"), str(base / "controller.toml")],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pre)
         line = self.p.stdout.readline()
-        assert line.startswith("READY"), line + self.p.stderr.read()
+        if line.startswith("READY"):
+            return True
+        self.p.wait(10)
+        return False
 
     def rss_mib(self) -> float:
         for line in Path(f"/proc/{self.p.pid}/status").read_text().splitlines():
