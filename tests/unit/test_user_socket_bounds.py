@@ -24,6 +24,7 @@ from gpuperf.daemon import client
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from floods import Holders, zmtp_more_flood  # noqa: E402
+from otheruser import OtherUserPython  # noqa: E402
 from test_daemon import base, make_cfg, wait_for  # noqa: E402,F401  (base is a fixture)
 
 DAEMON = r"""
@@ -223,11 +224,12 @@ def test_one_user_holding_connections_leaves_room_for_another(base, more_fds):
         script = base / "nobody_ping.py"
         script.write_text(NOBODY_PING)
         os.chmod(script, 0o644)
-        env = {"PYTHONPATH": str(HERE.parents[1]), "PATH": "/usr/bin:/bin"}
         cfg = make_cfg(base)
-        out = subprocess.run([shutil.which("runuser"), "-u", "nobody", "--", sys.executable, str(script),
-                              cfg.daemon.socket_dir, cfg.daemon.user_socket_dir],
-                             capture_output=True, text=True, timeout=60, env=env)
+        # nobody runs its own world-readable copy of gpuperf (the checkout may sit in a private directory)
+        with OtherUserPython(("zmq",)) as py:
+            out = subprocess.run([shutil.which("runuser"), "-u", "nobody", "--", *py.argv, str(script),
+                                  cfg.daemon.socket_dir, cfg.daemon.user_socket_dir],
+                                 capture_output=True, text=True, timeout=60, env=py.env)
         for s in held:
             s.close()
         assert json.loads(out.stdout).get("ok") is True, out.stdout + out.stderr
