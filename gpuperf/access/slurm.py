@@ -199,15 +199,7 @@ class Slurm:
             k, sep, v = line.partition("=")
             if sep:
                 cfg[k.strip()] = v.strip()
-        addr = cfg.get("SlurmctldAddr", "")
-        if addr and addr != "(null)":
-            return addr
-        host = cfg.get("SlurmctldHost[0]", "")
-        if "(" in host:
-            return host.split("(", 1)[1].rstrip(")")
-        if not host:
-            raise SlurmError("scontrol show config has no SlurmctldHost")
-        return host
+        return ctld_address(cfg)
 
     def show_job(self, job_id: int) -> dict[str, str]:
         """``scontrol show job -o`` of a job slurmctld still knows, as KEY -> value ({} when gone).
@@ -297,6 +289,42 @@ class Slurm:
             return int(fields["Sockets"]), int(fields["CoresPerSocket"]), int(fields["ThreadsPerCore"])
         except (KeyError, ValueError):
             return None
+
+
+_UNSET = ("", "(null)")  # how scontrol shows a setting slurm.conf leaves out
+_CTLD_KEY = re.compile(r"SlurmctldHost\[(\d+)\]")
+
+
+def ctld_hosts(conf: dict[str, str]) -> list[tuple[str, str]]:
+    """(name, address) of each slurmctld host, primary first, from ``scontrol show config`` as a dict.
+
+    ``SlurmctldHost[i] = name(addr)`` or ``= name`` (the address is then the name, slurm.conf(5)); a
+    Slurm before 17.11 shows ControlMachine/ControlAddr and BackupController/BackupAddr instead."""
+    indexed = sorted((int(m.group(1)), v) for k, v in conf.items() if (m := _CTLD_KEY.fullmatch(k)))
+    out = []
+    for _, value in indexed:
+        name, _, rest = (x.strip() for x in value.partition("("))
+        if name:
+            out.append((name, rest.rstrip(")").strip() or name))
+    if out:
+        return out
+    for host_key, addr_key in (("ControlMachine", "ControlAddr"), ("BackupController", "BackupAddr")):
+        name, addr = conf.get(host_key, ""), conf.get(addr_key, "")
+        if name not in _UNSET:
+            out.append((name, addr if addr not in _UNSET else name))
+    return out
+
+
+def ctld_address(conf: dict[str, str]) -> str:
+    """Where nodes reach the active controller: SlurmctldAddr (a virtual address over the primary and
+    backups), else the primary's address; SlurmError when ``scontrol show config`` names no controller."""
+    addr = conf.get("SlurmctldAddr", "")
+    if addr not in _UNSET:
+        return addr
+    hosts = ctld_hosts(conf)
+    if not hosts:
+        raise SlurmError("scontrol show config has no SlurmctldHost")
+    return hosts[0][1]
 
 
 def expand_hostlist(expr: str) -> list[str]:

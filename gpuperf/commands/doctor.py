@@ -22,8 +22,9 @@ from typing import Any
 
 from gpuperf.hookbase import watchdog
 from gpuperf.commands.check import exit_code
+from gpuperf.access.slurm import ctld_hosts
 from gpuperf.commands.doctor_checks import (CTLD_HOOK_KEYS, HOOK_KEYS, NO_SUCH_JOB, Facts, Finding,  # noqa: F401
-                                            diagnose)
+                                            diagnose, spank_plugin_paths)
 
 # parsing: pure ------------------------------------------------------------------------------------
 def parse_key_values(text: str) -> dict[str, str]:
@@ -38,6 +39,10 @@ def parse_key_values(text: str) -> dict[str, str]:
 
 UNSET = ("", "(null)")  # how ``scontrol show config`` prints a setting slurm.conf leaves out
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+# PluginDir unset: Slurm's compiled-in directory, which scontrol shows in its place; should it show none,
+# the directories distributions compile in (Debian's, RPM's, a source build's /usr/local prefix)
+DEFAULT_PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib64/slurm", "/usr/lib/slurm", "/usr/local/lib/slurm")
+MAX_INCLUDE_DEPTH = 8  # plugstack.conf include nesting followed; Slurm has no bound, a loop would never end
 
 
 def setting(sc: dict[str, str], key: str) -> str | None:
@@ -61,8 +66,18 @@ def spank_candidates(name: str, sc: dict[str, str]) -> list[str]:
     directory of PluginDir (slurm.conf(5): a colon-separated list) in turn (spank(7))."""
     if name.startswith("/"):
         return [name]
-    dirs = [d for d in (setting(sc, "PluginDir") or "/usr/lib/x86_64-linux-gnu/slurm-wlm").split(":") if d]
+    plugin_dir = setting(sc, "PluginDir")
+    dirs = [d for d in plugin_dir.split(":") if d] if plugin_dir else list(DEFAULT_PLUGIN_DIRS)
     return [os.path.join(d, name) for d in dirs]
+
+
+def roles(role: str, sc: dict[str, str] | None, hostnames: set[str], node_known: bool) -> tuple[bool, bool]:
+    """(controller, node) for ``--role``: auto makes a host the controller when it is any SlurmctldHost
+    (the primary or a backup, which runs EpilogSlurmctld once it takes over), a node when scontrol knows it."""
+    ctld = {name for name, _ in ctld_hosts(sc or {})}
+    controller = role in ("controller", "both") or (role == "auto" and bool(ctld & hostnames))
+    node = role in ("node", "both") or (role == "auto" and node_known)
+    return controller, node
 
 
 def parse_gres_gpus(show_node: str) -> int | None:
@@ -98,23 +113,23 @@ def _run(argv: list[str], timeout: float = 10.0, env: dict[str, str] | None = No
     return p.returncode, p.stdout + p.stderr
 
 
-def _plugstack(path: str) -> list[str]:
-    """plugstack.conf's lines, with the files its ``include`` lines name (one level)."""
+def read_plugstack(path: str, depth: int = 0) -> list[str]:
+    """plugstack.conf's lines with each ``include <glob>`` line replaced by the files it names, as spank(7)
+    reads them: a relative glob from the including file's directory, matches in sorted order, nested
+    includes followed (MAX_INCLUDE_DEPTH levels); an unreadable file reads as empty, as Slurm's missing one."""
     try:
         lines = open(path).read().splitlines()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return []
     out = []
     for ln in lines:
-        bits = ln.split()
-        if len(bits) == 2 and bits[0] == "include":
-            for inc in sorted(glob.glob(bits[1] if bits[1].startswith("/") else os.path.join(os.path.dirname(path), bits[1]))):
-                try:
-                    out += open(inc).read().splitlines()
-                except OSError:
-                    pass
-        else:
+        bits = ln.split("#", 1)[0].split()
+        if bits[:1] != ["include"]:
             out.append(ln)
+        elif len(bits) >= 2 and depth < MAX_INCLUDE_DEPTH:
+            pattern = bits[1] if bits[1].startswith("/") else os.path.join(os.path.dirname(path), bits[1])
+            for inc in sorted(glob.glob(pattern)):
+                out += read_plugstack(inc, depth + 1)
     return out
 
 
@@ -154,30 +169,23 @@ def _state_group_facts(cfg: Any, f: Facts) -> None:
 
 def gather(role: str, node_name: str) -> Facts:
     """Read everything the checks need from this host (Slurm, gpuperf's config, daemon, collector, munge)."""
-    from gpuperf.files import config as config_mod
-
     f: Facts = {"node_name": node_name}
-    try:
-        cfg = config_mod.load()
-        f["config_source"] = cfg.source
-    except config_mod.ConfigError as e:
-        f["config_error"] = str(e)
-        cfg = config_mod.load_or_defaults()
+    cfg = config_facts(f)
     bin_dir = cfg.general.slurm_bin_dir
     rc, text = _run([os.path.join(bin_dir, "scontrol"), "show", "config"])
     sc = parse_key_values(text) if rc == 0 else None
     f["slurm"], f["slurm_error"] = sc, None if rc == 0 else text.strip()[:200]
-    ctld = (sc or {}).get("SlurmctldHost[0]", "").split("(")[0]
-    here = {socket.gethostname(), socket.gethostname().split(".")[0]}
-    f["controller"] = role in ("controller", "both") or (role == "auto" and ctld in here)
     rc_n, show_node = _run([os.path.join(bin_dir, "scontrol"), "show", "node", node_name])
-    f["node"] = role in ("node", "both") or (role == "auto" and rc_n == 0 and "NodeName=" in show_node)
+    f["node_known"] = rc_n == 0 and "NodeName=" in show_node
+    # slurmctld matches SlurmctldHost against this host's name as gethostname() gives it and its short form
+    here = {socket.gethostname(), socket.gethostname().split(".")[0]}
+    f["controller"], f["node"] = roles(role, sc, here, f["node_known"])
     if sc is not None:
         hooks = [p for k in HOOK_KEYS + CTLD_HOOK_KEYS for p in sc.get(k, "").split(",") if p not in ("", "(null)")]
         f["executable"] = {p: os.path.isfile(p) and os.access(p, os.X_OK) for p in hooks}
         f["plugstack_path"], f["plugstack_default"] = plugstack_path(sc)
-        f["plugstack_lines"] = _plugstack(f["plugstack_path"])
-        named = [ln.split()[1] for ln in f["plugstack_lines"] if "gpuperf_spank.so" in ln and len(ln.split()) > 1]
+        f["plugstack_lines"] = read_plugstack(f["plugstack_path"])
+        named = spank_plugin_paths(f["plugstack_lines"])
         f["spank_exists"] = {p: any(os.path.isfile(x) for x in spank_candidates(p, sc)) for p in named}
         if named and f["node"]:
             rc_h, help_text = _run([os.path.join(bin_dir, "srun"), "--help"])
@@ -190,7 +198,7 @@ def gather(role: str, node_name: str) -> Facts:
     f["gres_gpus"] = parse_gres_gpus(show_node) if rc_n == 0 else None
     if f["node"]:
         _daemon_facts(cfg, f)
-    _collector_facts(cfg, f)
+    _collector_facts(cfg, f, sc)
     if f["controller"]:
         f["sacctmgr"] = _run([os.path.join(bin_dir, "sacctmgr"), "-i", "modify", "job", "where",
                               f"jobid={NO_SUCH_JOB}", "set", "AdminComment=gpuperf-doctor"])
@@ -198,6 +206,20 @@ def gather(role: str, node_name: str) -> Facts:
     _state_group_facts(cfg, f)
     f["watchdog_s"] = max(watchdog.bound_of(cfg, "prolog") or 0, watchdog.bound_of(cfg, "epilog") or 0) or None
     return f
+
+
+def config_facts(f: Facts) -> Any:
+    """gpuperf's config as every gpuperf process reads it ($GPUPERF_CONFIG, else /etc/gpuperf/config.toml):
+    its source or error into ``f``; returns it, or defaults with the valid [general] keys when broken."""
+    from gpuperf.files import config as config_mod
+
+    try:
+        cfg = config_mod.load()
+        f["config_source"] = cfg.source
+    except config_mod.ConfigError as e:
+        f["config_error"] = str(e)
+        cfg = config_mod.load_or_defaults()
+    return cfg
 
 
 def _daemon_facts(cfg: Any, f: Facts) -> None:
@@ -211,7 +233,7 @@ def _daemon_facts(cfg: Any, f: Facts) -> None:
         f["daemon"], f["daemon_error"] = None, str(e)
 
 
-def _collector_facts(cfg: Any, f: Facts) -> None:
+def _collector_facts(cfg: Any, f: Facts, sc: dict[str, str] | None) -> None:
     from gpuperf.controller import transport
 
     try:
@@ -219,8 +241,9 @@ def _collector_facts(cfg: Any, f: Facts) -> None:
                                     cfg.controller.munge_socket)
     except Exception as e:  # noqa: BLE001
         f["munge_error"] = str(e)
+    f["collector_default"] = not cfg.controller.address
     try:
-        ep = transport.controller_endpoint(cfg)
+        ep = transport.controller_endpoint(cfg, sc)
     except Exception as e:  # noqa: BLE001
         f["collector"], f["collector_error"] = "?", str(e)
         return
@@ -236,7 +259,7 @@ def _collector_facts(cfg: Any, f: Facts) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``gpuperf doctor``."""
     p.add_argument("--role", choices=("auto", "node", "controller", "both"), default="auto",
-                   help="what this host is (auto: a Slurm node if scontrol knows it, controller if SlurmctldHost)")
+                   help="what this host is (auto: a Slurm node if scontrol knows it, controller if any SlurmctldHost)")
     p.add_argument("--node", metavar="NAME", help="Slurm node name (default $SLURMD_NODENAME or the short hostname)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
 

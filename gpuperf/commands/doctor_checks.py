@@ -17,6 +17,11 @@ NO_SUCH_JOB = "999999999"  # sacctmgr's write test: a job id no cluster has, so 
 # slurmd to see the hook's exit, and for a drain scontrol already under way)
 TIMEOUT_MARGIN_S = 30
 NO_TIMEOUT = 65534  # what scontrol shows for an unset PrologEpilogTimeout (22.05: no limit)
+# flags a PrologFlags entry sets besides its own (read_config.c prolog_str2flags; slurm.conf(5): "Setting the
+# Contain implicitly sets the Alloc flag", X11 "implicitly enables both Contain and Alloc")
+PROLOG_FLAG_IMPLIES = {"contain": ("alloc",), "x11": ("contain", "alloc")}
+SPANK_PLUGIN = "gpuperf_spank.so"
+NO_ACCOUNTING = "accounting_storage/none"  # Slurm's AccountingStorageType when slurm.conf leaves it out
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,28 @@ Facts = dict[str, Any]
 
 def _ok(code: str, detail: str) -> list[Finding]:
     return [Finding("ok", code, detail)]
+
+
+def _unset(value: str | None) -> bool:
+    return value in (None, "", "(null)")
+
+
+def prolog_flags(value: str) -> set[str]:
+    """The PrologFlags in effect (lowercase) as Slurm resolves a PrologFlags value: each named flag and
+    those it implies (Contain sets Alloc; X11 sets Contain and Alloc)."""
+    named = {x.strip().lower() for x in ("" if _unset(value) else value).split(",") if x.strip()}
+    return named.union(*(PROLOG_FLAG_IMPLIES.get(x, ()) for x in named))
+
+
+def spank_plugin_paths(lines: list[str]) -> list[str]:
+    """The plugin paths of plugstack.conf lines that load gpuperf's SPANK plugin, as spank(7) reads a
+    line: text after '#' is a comment, then ``required|optional <plugin> [args]``."""
+    out = []
+    for line in lines:
+        bits = line.split("#", 1)[0].split()
+        if len(bits) >= 2 and bits[0] in ("required", "optional") and bits[1].rsplit("/", 1)[-1] == SPANK_PLUGIN:
+            out.append(bits[1])
+    return out
 
 
 # checks: pure functions of the facts ----------------------------------------------------------
@@ -71,26 +98,25 @@ def check_prolog_flags(f: Facts) -> list[Finding]:
     if sc is None or not f.get("node"):
         return []
     value = sc.get("PrologFlags", "")
-    flags = [x.strip().lower() for x in value.split(",")]
-    if "alloc" not in flags:
-        said = "PrologFlags is not set (Slurm's default: none)" if value in ("", "(null)") else f"PrologFlags={value}"
+    if "alloc" not in prolog_flags(value):
+        said = "PrologFlags is not set (Slurm's default: none)" if _unset(value) else f"PrologFlags={value}"
         return [Finding("fail", "prolog_flags", f"{said} lacks Alloc",
                         "slurm.conf: PrologFlags=Alloc,Contain; then scontrol reconfigure")]
-    return _ok("prolog_flags", f"PrologFlags={sc.get('PrologFlags')}")
+    named = {x.strip().lower() for x in value.split(",")}
+    return _ok("prolog_flags", f"PrologFlags={value}" + ("" if "alloc" in named else " (which sets Alloc)"))
 
 
 def check_plugstack(f: Facts) -> list[Finding]:
     """plugstack.conf names gpuperf_spank.so, the file exists, and srun loads it (its --gpuperf option)."""
     if not f.get("node") or f.get("slurm") is None:
         return []
-    lines = f.get("plugstack_lines") or []
-    named = [ln for ln in lines if "gpuperf_spank.so" in ln and not ln.lstrip().startswith("#")]
+    named = spank_plugin_paths(f.get("plugstack_lines") or [])
     where = f"{f.get('plugstack_path')}" + (" (PlugStackConfig unset: Slurm's default, beside slurm.conf)"
                                             if f.get("plugstack_default") else "")
     if not named:
         return [Finding("warn", "plugstack", f"{where} does not name gpuperf_spank.so: tasks are not "
                         "pinned next to their GPUs", "add: optional /opt/gpuperf/lib/gpuperf_spank.so run_dir=/run/gpuperf")]
-    path = named[0].split()[1] if len(named[0].split()) > 1 else ""
+    path = named[0]
     if not f.get("spank_exists", {}).get(path):
         return [Finding("fail", "plugstack", f"plugstack names {path}, which does not exist",
                         "install gpuperf here, or point the line at /opt/gpuperf/lib/gpuperf_spank.so")]
@@ -113,6 +139,12 @@ def check_daemon(f: Facts) -> list[Finding]:
     if gres is not None and seen != gres:
         return [Finding("fail", "daemon_gpus", f"Slurm configures {gres} GPUs on {f.get('node_name')}, the daemon's "
                         f"{ping.get('backend')} backend sees {seen}", "fix gres.conf or the driver; gpuperf check names bad GPUs")]
+    if gres is None and seen and f.get("node_known"):
+        # Slurm's default is no Gres: jobs cannot ask for these GPUs, nor are they confined to theirs
+        return [Finding("warn", "daemon_gpus", f"Slurm configures no GPUs on {f.get('node_name')} (Gres unset), the "
+                        f"daemon's {ping.get('backend')} backend sees {seen}",
+                        f"slurm.conf: GresTypes=gpu and Gres=gpu:{seen} on this node's NodeName line, gres.conf naming "
+                        "the devices; then restart slurmd")]
     return _ok("daemon", f"pid {ping.get('pid')}, backend {ping.get('backend')}, {seen} GPUs"
                + (f" (gres.conf: {gres})" if gres is not None else ""))
 
@@ -125,11 +157,13 @@ def check_collector(f: Facts) -> list[Finding]:
                            "start munged with the cluster's key: systemctl enable --now munge"))
     else:
         out.append(Finding("ok", "munge", "credential encoded and decoded"))
+    where = f"{f.get('collector')}" + (" (controller.address unset: Slurm's controller, SlurmctldAddr or "
+                                         "SlurmctldHost)" if f.get("collector_default") else "")
     if f.get("collector_error"):
-        out.append(Finding("fail", "collector", f"collector {f.get('collector')} unreachable: {f['collector_error']}",
+        out.append(Finding("fail", "collector", f"collector {where} unreachable: {f['collector_error']}",
                            "on the controller: systemctl enable --now gpuperf-collector; open its port to the nodes"))
     elif f.get("collector"):
-        out.append(Finding("ok", "collector", f"{f['collector']} accepts connections"))
+        out.append(Finding("ok", "collector", f"{where} accepts connections"))
     return out
 
 
@@ -137,6 +171,13 @@ def check_sacctmgr(f: Facts) -> list[Finding]:
     """On the controller, this user may modify jobs in the accounting database (AdminComment)."""
     if not f.get("controller"):
         return []
+    storage = (f.get("slurm") or {}).get("AccountingStorageType")
+    if f.get("slurm") is not None and (_unset(storage) or storage == NO_ACCOUNTING):
+        said = f"AccountingStorageType is not set (Slurm's default: {NO_ACCOUNTING})" if _unset(storage) else \
+            f"AccountingStorageType={storage}"
+        return [Finding("fail", "sacctmgr", f"{said}: no accounting database holds finished jobs, so gpuperf cannot "
+                        "write their AdminComment", "slurm.conf: AccountingStorageType=accounting_storage/slurmdbd and a "
+                        "running slurmdbd; then restart slurmctld")]
     res = f.get("sacctmgr")
     if res is None:
         return []

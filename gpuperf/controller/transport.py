@@ -183,13 +183,15 @@ def open_body(digest: bytes, body: bytes, series: bytes | None) -> dict:
     return summary
 
 
-def controller_endpoint(cfg) -> str:
-    """tcp://host:port of the controller's collector: ``controller.address`` or SlurmctldHost."""
+def controller_endpoint(cfg, slurm_config: dict[str, str] | None = None) -> str:
+    """tcp://host:port of the controller's collector: ``controller.address``, else Slurm's controller
+    (SlurmctldAddr, else SlurmctldHost[0]'s address) from ``slurm_config`` (``scontrol show config`` as
+    a dict) when the caller has read it, from scontrol otherwise."""
     addr = cfg.controller.address
     if not addr:
-        from gpuperf.access.slurm import Slurm
+        from gpuperf.access.slurm import Slurm, ctld_address
 
-        addr = Slurm(cfg.general.slurm_bin_dir).ctld_host()
+        addr = ctld_address(slurm_config) if slurm_config is not None else Slurm(cfg.general.slurm_bin_dir).ctld_host()
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
         host, port = addr, str(cfg.controller.port)
