@@ -9,6 +9,7 @@ read only their own jobs; root and ``general.admin_users`` read all.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ import sys
 from gpuperf.files import config as config_mod
 from gpuperf import diagnosis
 from gpuperf.jobrecords import JobLookupError, JobRecords, JobRefError, is_admin, series, summaries
+from gpuperf.model.profiled import mask_series
 
 __all__ = ["add_arguments", "run", "is_admin"]
 
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         from gpuperf.report import html
 
         # whatever source had the summary: the series come from their own sources
-        got = records.series(job, s, cfg.report.html_max_points, args.series_source)
+        got = _masked(records.series(job, s, cfg.report.html_max_points, args.series_source), s)
         if got.data:
             # the series add evidence (bursts) the summary alone cannot show
             s = dict(s, diagnosis=diagnosis.diagnose(s, got.data, cfg.report.thresholds).to_dict())
@@ -85,10 +87,18 @@ def run(args: argparse.Namespace) -> int:
 
         width = min(os.get_terminal_size().columns, 130) if sys.stdout.isatty() else 110
         sys.stdout.write(terminal.render(s, width=width, color=sys.stdout.isatty()))
-        got = records.series(job, s, cfg.report.html_max_points, args.series_source)
+        got = _masked(records.series(job, s, cfg.report.html_max_points, args.series_source), s)
         if got.data:
             from gpuperf.report import timechart
 
             sys.stdout.write("\n" + timechart.render(got.data, width=width, color=sys.stdout.isatty()))
         print(f"(summary from {found.source}; {got.line()})")
     return 0
+
+
+def _masked(got: series.Series, s: dict) -> series.Series:
+    """The series without the activity figures of the time the job ran under a profiler (the summary's
+    ``profiled_spans``): the charts show them missing, as the summary does, not the profiler's readings."""
+    if not got.data or not (s.get("job") or {}).get("profiled_s"):
+        return got
+    return dataclasses.replace(got, data=mask_series(got.data, [g for g in s.get("gpus") or [] if isinstance(g, dict)]))

@@ -13,6 +13,12 @@ another job. With ``job_uid`` set (the daemon's registrations), a claim is belie
 of the claimed job's user (or root); a claim from another user falls through to the ancestors and the
 cgroup, as a cleared environment does. ``/proc/PID/environ`` is read in chunks with a bound (the kernel
 allows up to 6 MiB of arguments and environment), never whole.
+
+The same environment says whether a profiler is injected into the process (``parse_environ_profiler``:
+Nsight Compute, Nsight Systems, another CUPTI injection tool): such a tool replays or traces the
+job's kernels and shares the GPU's performance counters, so the sweep counts that job's activity
+figures on that GPU as missing (``model/profiled.py``). Its answer is cached like the job's. The
+markers are the user's to set as well: they only blank the figures of the process's own job.
 """
 
 from __future__ import annotations
@@ -20,13 +26,31 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 _ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
 ENVIRON_MAX_BYTES = 8 << 20   # above the kernel's 6 MiB for arguments + environment
 _CHUNK = 64 << 10
 MAX_ANCESTORS = 8
 MAX_CGROUP_PEERS = 64
+
+NSIGHT_COMPUTE, NSIGHT_SYSTEMS, CUPTI_INJECTION = "Nsight Compute", "Nsight Systems", "CUPTI injection"
+PROFILERS = (NSIGHT_COMPUTE, NSIGHT_SYSTEMS, CUPTI_INJECTION)   # the first found names the process's profiler
+# What a profiler puts in its target's environment (variable prefix "NAME=", the value it must have or
+# None for any non-empty one, the tool). Never what a CUDA base image sets (NV_CUDA_*, NV_LIBCUBLAS_*,
+# NV_CUDA_NSIGHT_COMPUTE_VERSION are in every process of such an image). Nsight Compute's three are in the
+# profiled process's environment on a real H100 (benchmarks/results/gpu/cost_h100.json, ncu.gpu_processes),
+# and programs that detect ncu test them; NV_TPS_LAUNCH_TOKEN only with ncu's value: Nsight Graphics sets
+# the same name to "Frame Debugger". Nsight Systems sets NSYS_PROFILING_SESSION_ID when its session starts,
+# beside CUDA_INJECTION64_PATH, which alone is any CUPTI injection library (CUDA loads it into the process).
+_PROFILER_KEYS: tuple[tuple[bytes, bytes | None, str], ...] = (
+    (b"NV_NSIGHT_INJECTION_TRANSPORT_TYPE=", None, NSIGHT_COMPUTE),
+    (b"NV_COMPUTE_PROFILER_PERFWORKS_DIR=", None, NSIGHT_COMPUTE),
+    (b"NV_TPS_LAUNCH_TOKEN=", b"Interactive Profile", NSIGHT_COMPUTE),
+    (b"NSYS_PROFILING_SESSION_ID=", None, NSIGHT_SYSTEMS),
+    (b"CUDA_INJECTION64_PATH=", None, CUPTI_INJECTION),
+)
+_PROFILER_PREFIXES = tuple(k for k, _, _ in _PROFILER_KEYS)
 
 
 def parse_environ_job(data: bytes) -> int | None:
@@ -39,6 +63,28 @@ def parse_environ_job(data: bytes) -> int | None:
                 except ValueError:
                     return None
     return None
+
+
+def profiler_in(entries: Iterable[bytes]) -> str | None:
+    """The profiler injected into a process (one of PROFILERS, or None) from its environment's entries."""
+    found: set[str] = set()
+    for entry in entries:
+        if not entry.startswith(_PROFILER_PREFIXES):
+            continue
+        for key, want, tool in _PROFILER_KEYS:
+            if entry.startswith(key):
+                value = entry[len(key):]
+                if value and (want is None or value == want):
+                    if tool == PROFILERS[0]:
+                        return tool          # nothing outranks it: no need to read on
+                    found.add(tool)
+    return next((t for t in PROFILERS if t in found), None)
+
+
+def parse_environ_profiler(data: bytes) -> str | None:
+    """The profiler injected into a process from the NUL-separated contents of /proc/PID/environ (at most
+    ENVIRON_MAX_BYTES of it read, as the daemon's reader does)."""
+    return profiler_in(data[:ENVIRON_MAX_BYTES].split(b"\0"))
 
 
 def parse_stat(data: str) -> tuple[int, int] | None:
@@ -75,6 +121,7 @@ class Attributor:
     cgroup_root: str = "/sys/fs/cgroup"
     job_uid: Callable[[int], int | None] | None = None   # registered job -> its uid (None: not registered)
     _cache: dict[tuple[int, int], int | None] = field(default_factory=dict)
+    _profilers: dict[tuple[int, int], str | None] = field(default_factory=dict)
     _cgroup_jobs: dict[str, int] = field(default_factory=dict)
 
     def _read(self, pid: int, name: str, binary: bool = False) -> bytes | str | None:
@@ -93,23 +140,30 @@ class Attributor:
         return job if job is None or self._claim_ok(pid, job) else None
 
     def _scan_environ(self, pid: int) -> int | None:
-        """SLURM_JOB_ID from /proc/PID/environ, read in chunks (memory stays ~2 chunks, whatever its size)."""
+        """SLURM_JOB_ID from /proc/PID/environ (the first entry naming it)."""
+        for e in self._environ_entries(pid):
+            if e.startswith(_ENV_KEYS):
+                return parse_environ_job(e)
+        return None
+
+    def _environ_entries(self, pid: int) -> Iterator[bytes]:
+        """The entries of /proc/PID/environ, read in chunks up to ENVIRON_MAX_BYTES (memory stays ~2 chunks,
+        whatever its size); none past the bound, none of a process gone."""
         try:
             with open(os.path.join(self.proc_root, str(pid), "environ"), "rb", buffering=0) as f:
                 tail, total = b"", 0
                 while total < ENVIRON_MAX_BYTES:
                     chunk = f.read(_CHUNK)
                     if not chunk:
-                        return parse_environ_job(tail) if tail else None
+                        if tail:
+                            yield tail
+                        return
                     total += len(chunk)
                     entries = (tail + chunk).split(b"\0")
                     tail = entries.pop()[-_CHUNK:]  # an entry cut by the chunk end (values are <= 128 KiB)
-                    for e in entries:
-                        if e.startswith(_ENV_KEYS):
-                            return parse_environ_job(e)
+                    yield from entries
         except OSError:
-            return None
-        return None
+            return
 
     def _claim_ok(self, pid: int, job: int) -> bool:
         """Whether this process may claim ``job``: its owner is the job's user or root (job_uid decides)."""
@@ -141,6 +195,22 @@ class Attributor:
             self._cache.clear()
         self._cache[key] = job
         return job
+
+    def job_and_profiler(self, pid: int) -> tuple[int | None, str | None]:
+        """(job, profiler) of a process: ``job_of``, and the profiler injected into it (None: none, or no job:
+        a profiler only matters to the job it profiles). One stat read; the environment once per process."""
+        st = self._stat(pid)
+        if st is None:
+            return None, None
+        job = self.job_of_known(pid, st[0], st[1])
+        if job is None:
+            return None, None
+        key = (pid, st[1])
+        if key not in self._profilers:
+            if len(self._profilers) > 10000:
+                self._profilers.clear()
+            self._profilers[key] = profiler_in(self._environ_entries(pid))
+        return job, self._profilers[key]
 
     def _resolve(self, pid: int, ppid: int) -> int | None:
         job = self._env_job(pid)
@@ -213,25 +283,32 @@ def mismatches(gpu: int, procs: Iterable[tuple[int, int | None]], registered: It
 class Mismatches:
     """A sweep's GPU processes checked against the registrations (``mismatches``): each mismatch is noted in
     every job registered on that GPU (``foreign_processes``) and, once per (GPU, pid, job), recorded as a
-    store event and counted in ``stats["mismatches"]``."""
+    store event and counted in ``stats["mismatches"]``. It also says which jobs' own processes ran under a
+    profiler on which GPU (a "profiler" store event once per GPU, pid and job), for the sweep's fold."""
 
     SEEN_MAX = 10000
 
     def __init__(self, attr: Attributor, running: dict[int, Any], store: Any, stats: dict[str, float]):
         self.attr, self.running, self.store, self.stats = attr, running, store, stats
         self._seen: set[tuple[int, int, int | None]] = set()
+        self._profiled_seen: set[tuple[int, int, int]] = set()
 
-    def check(self, t: float, samples: Iterable[Any], gpu_jobs: dict[int, list[int]]) -> None:
-        """Attribute each sample's processes at sample time ``t`` (inside the sweep's transaction)."""
+    def check(self, t: float, samples: Iterable[Any], gpu_jobs: dict[int, list[int]]) -> dict[int, dict[int, str]]:
+        """Attribute each sample's processes at sample time ``t`` (inside the sweep's transaction); returns
+        job -> {gpu: profiler} for the registered jobs whose own process on that GPU runs under a profiler."""
+        profiled: dict[int, dict[int, str]] = {}
         for s in samples:
             if not s.processes:
                 continue
+            registered = gpu_jobs.get(s.gpu, [])
             pairs = []
             for p in s.processes:
                 pid = p.get("pid") if isinstance(p, dict) else None
                 if isinstance(pid, int):
-                    pairs.append((pid, self.attr.job_of(pid)))
-            registered = gpu_jobs.get(s.gpu, [])
+                    job, tool = self.attr.job_and_profiler(pid)
+                    pairs.append((pid, job))
+                    if tool is not None and job in registered:
+                        self._note_profiler(t, profiled.setdefault(job, {}), s.gpu, pid, job, tool)
             for m in mismatches(s.gpu, pairs, registered):
                 for jid in registered:
                     self.running[jid].agg.gpus[s.gpu].note_foreign(m.pid, m.job_id, t)
@@ -243,3 +320,16 @@ class Mismatches:
                     self.stats["mismatches"] += 1
                     self.store.add_event(t, registered[0] if registered else m.job_id, "mismatch",
                                          {"gpu": m.gpu, "pid": m.pid, "process_job": m.job_id, "registered": list(m.registered)})
+        return profiled
+
+    def _note_profiler(self, t: float, gpus: dict[int, str], gpu: int, pid: int, job: int, tool: str) -> None:
+        """A job's process on ``gpu`` under ``tool``: the GPU's profiler for this sweep (the highest-ranked of
+        its processes'), recorded as a store event once per (GPU, pid, job)."""
+        if gpu not in gpus or PROFILERS.index(tool) < PROFILERS.index(gpus[gpu]):
+            gpus[gpu] = tool
+        key = (gpu, pid, job)
+        if key not in self._profiled_seen:
+            if len(self._profiled_seen) > self.SEEN_MAX:
+                self._profiled_seen.clear()
+            self._profiled_seen.add(key)
+            self.store.add_event(t, job, "profiler", {"gpu": gpu, "pid": pid, "tool": tool})

@@ -1,5 +1,6 @@
-"""One sweep (``Sweeper``): sampled, stored, checked against the registered jobs (``attribution.Mismatches``),
-folded into each running job's aggregates, energy counters read when due (``Energy``), the due chores run,
+"""One sweep (``Sweeper``): sampled, stored, checked against the registered jobs (``attribution.Mismatches``,
+which also names the GPUs where a job's process runs under a profiler), folded into each running job's
+aggregates, energy counters read when due (``Energy``), the due chores run,
 NVML's XID events polled (``xids``), the sweep published (``view.LiveView``, the PUB stream)."""
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ class Sweeper:
         st = self.store
         st.begin()
         st.add_samples(samples)
-        self.mismatches.check(t, samples, gpu_jobs)
-        for rj in running.values():
+        # job -> {gpu: profiler}: those samples' activity figures are the profiler's, folded as missing
+        profiled = self.mismatches.check(t, samples, gpu_jobs) or {}
+        for jid, rj in running.items():
             if rj.agg.end is None or t <= rj.agg.end:
-                rj.agg.add_sweep(t, [s for s in samples if s.gpu in rj.agg.gpus], sharing)
+                rj.agg.add_sweep(t, [s for s in samples if s.gpu in rj.agg.gpus], sharing, profiled.get(jid))
         self.energy.fold(t, running)
         st.commit()

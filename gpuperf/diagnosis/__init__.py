@@ -1,8 +1,9 @@
 """Why a job was slow: one primary class from its summary, with the evidence, a confidence, and what to change.
 
 Pure: ``diagnose(summary, series=None, thresholds=None) -> Diagnosis``. Order of judgement: nothing
-sampled (``no_data``); allocated GPUs left unused (``unused_gpus``, with the class of the GPUs that
-worked); then the rules in ``classify.py`` on the working GPUs. Findings (tensor cores unused, SMs
+sampled, or most of it under a profiler (``no_data``; ``profiler.py``); allocated GPUs left unused
+(``unused_gpus``, with the class of the GPUs that worked); then the rules in ``classify.py`` on the
+working GPUs. Findings (tensor cores unused, SMs
 underfilled, host copies) and the distance to the roofline stand beside the class; a series splits the
 job into phases, and then the class is that of its longest working phase (start-up and an idle tail
 are phases, never the class of a job that worked), so the class never contradicts the phases.
@@ -16,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpuperf.model import gpuspecs
+from gpuperf.model.profiled import mask_series
 from gpuperf.model.totals import job_totals
-from gpuperf.diagnosis import advice, phases, roofline
+from gpuperf.diagnosis import advice, phases, profiler, roofline
 from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, num, pct, signals
 from gpuperf.diagnosis.thresholds import CLASSES, DEFAULTS, PHASE_ONLY, resolve_thresholds
@@ -56,6 +58,16 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
     estimates did), so a merge over every GPU of a multi-node job does not compute it twice."""
     th = resolve_thresholds(thresholds)
     gpus = [g for g in summary.get("gpus") or [] if isinstance(g, dict)]
+    prof_notes = profiler.notes(gpus)
+    if prof_notes:
+        share = profiler.share_pct(gpus)
+        if share >= th["profiler_share_pct"]:
+            # the profiler's figures are not the job's: no class, and no advice drawn from them
+            return Diagnosis(cls="no_data", evidence=profiler.evidence(gpus, share), confidence="none",
+                             recommendations=[profiler.RECOMMENDATION],
+                             notes=prof_notes + _notes(signals(summary), summary, th, "no_data"))
+        if series:
+            series = mask_series(series, gpus, drop=True)     # the phases judge the rest of the time only
     unused, used = _unused(gpus, th)
     work = _restrict(summary, used) if unused else summary
     s = signals(work, series if not unused else None)
@@ -88,7 +100,7 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         d.phases = phases.segment(series, th, s.pcie_link_gbps)
         cls = _from_phases(d, cls)
         _working_roof(d)
-    d.notes = _notes(s, summary, th, d.cls, d.roofline)
+    d.notes = prof_notes + _notes(s, summary, th, d.cls, d.roofline)
     if d.roofline is not None and spec is not None:
         line = _roof_line(d.busy_class or d.cls, d.roofline, spec)
         if line and line not in d.evidence:

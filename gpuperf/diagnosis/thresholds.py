@@ -90,6 +90,10 @@ DEFAULTS: dict[str, float] = {
     # GPUs of one job whose SM activity (or utilization) differ by 30 points are doing unequal work:
     # stragglers, an unbalanced pipeline stage, or GPUs left unused.
     "imbalance_spread_pct": 30.0,
+    # Most of the GPU time under a profiler (Nsight Compute, Nsight Systems, a CUPTI tool): no class. What is
+    # left is mostly the start and end around the profiled program (ncu runs the whole program under it),
+    # and classing a job from a minority of its time would pass that minority off as the job.
+    "profiler_share_pct": 50.0,
 }
 
 

@@ -16,6 +16,9 @@ counter cannot be split, so it is not used for a GPU that was ever shared).
 Energy: the cumulative NVML counter read at job start and end (and rarely between) when the last
 reading is recent (within ``GAP_FACTOR`` intervals of the last sample); otherwise integrated power.
 
+A sample taken while the job's own process on that GPU ran under a profiler has its activity figures
+folded as missing, and its time counted in ``profiled_s`` (``model/profiled.py``).
+
 ``to_dict()`` is the contract (docs/CONTRACTS.md); ``to_state()``/``from_state()`` (alias
 ``from_dict``) hold the full state, histograms included, for the daemon's store.
 """
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gpuperf.model.gpustate import FleetGpu
+from gpuperf.model import profiled as prof
 from gpuperf.model.hostaggregate import HostAggregate
 from gpuperf.samplers.base import METRIC_FIELDS, GpuSample
 
@@ -133,10 +137,19 @@ class GpuAggregate:
     mem_total_mib: float | None = None
     power_limit_w: float | None = None
     foreign: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profiled_s: float = 0.0             # seconds under a profiler: activity figures missing, not folded
+    profilers: dict[str, float] = field(default_factory=dict)          # tool -> seconds
+    profiled_spans: list[list[float]] = field(default_factory=list)    # [[t0, t1]], for the series' mask
     fleet: FleetGpu = field(default_factory=FleetGpu)   # figures under load, XIDs, error growth (gpuperf/fleet)
 
-    def fold(self, s: GpuSample, w_s: float, sharing: int = 1) -> None:
-        """Fold one sample weighing ``w_s`` seconds; ``sharing`` is the number of jobs on the GPU."""
+    def fold(self, s: GpuSample, w_s: float, sharing: int = 1, profiler: str | None = None) -> None:
+        """Fold one sample weighing ``w_s`` seconds; ``sharing`` is the number of jobs on the GPU; ``profiler``:
+        the tool the job's process on this GPU ran under (its activity figures are then missing)."""
+        if profiler:
+            s = prof.without_counters(s)
+            self.profiled_s += w_s
+            self.profilers[profiler] = self.profilers.get(profiler, 0.0) + w_s
+            prof.add_span(self.profiled_spans, s.t - w_s, s.t)
         self.samples += 1
         self.seconds += w_s
         metrics = self.metrics
@@ -227,6 +240,9 @@ class GpuAggregate:
             "shared": self.shared_s > 0,
             "shared_s": self.shared_s,
             "foreign_processes": [dict(v) for v in self.foreign.values()],
+            "profiled_s": self.profiled_s,
+            "profilers": dict(self.profilers),
+            "profiled_spans": [list(sp) for sp in self.profiled_spans],
         }
 
     def to_state(self) -> dict[str, Any]:
@@ -239,7 +255,8 @@ class GpuAggregate:
                 "energy_last_t": self.energy_last_t, "counter_ok": self.counter_ok, "name": self.name,
                 "uuid": self.uuid, **self.fleet.to_state(),
                 "mem_total_mib": self.mem_total_mib, "power_limit_w": self.power_limit_w,
-                "foreign": {k: dict(v) for k, v in self.foreign.items()}}
+                "foreign": {k: dict(v) for k, v in self.foreign.items()}, "profiled_s": self.profiled_s,
+                "profilers": dict(self.profilers), "profiled_spans": [list(sp) for sp in self.profiled_spans]}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> "GpuAggregate":
@@ -254,6 +271,9 @@ class GpuAggregate:
         g.foreign = {str(k): dict(v) for k, v in d["foreign"].items()}
         g.uuid = d.get("uuid")      # states checkpointed before the fleet figures have neither
         g.fleet = FleetGpu.from_state(d)
+        g.profiled_s = float(d.get("profiled_s") or 0.0)      # states from before profilers were told apart
+        g.profilers = {str(k): float(v) for k, v in (d.get("profilers") or {}).items()}
+        g.profiled_spans = [[float(a), float(b)] for a, b in d.get("profiled_spans") or []]
         return g
 
 
@@ -301,15 +321,17 @@ class JobAggregates:
         else:
             self.gaps.append([t0, t1])
 
-    def add_sweep(self, t: float, samples: Iterable[GpuSample], sharing: dict[int, int] | None = None) -> bool:
-        """Fold one sweep's samples of this job's GPUs; ``sharing``: gpu -> jobs on it. False if skipped."""
+    def add_sweep(self, t: float, samples: Iterable[GpuSample], sharing: dict[int, int] | None = None,
+                  profiled: dict[int, str] | None = None) -> bool:
+        """Fold one sweep's samples of this job's GPUs; ``sharing``: gpu -> jobs on it; ``profiled``: gpu -> the
+        profiler the job's process there ran under. False if skipped."""
         w = self.weight(t)
         if w is None:
             return False
         for s in samples:
             g = self.gpus.get(s.gpu)
             if g is not None:
-                g.fold(s, w, sharing.get(s.gpu, 1) if sharing else 1)
+                g.fold(s, w, sharing.get(s.gpu, 1) if sharing else 1, profiled.get(s.gpu) if profiled else None)
         self.last_t = t
         return True
 

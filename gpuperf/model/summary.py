@@ -17,7 +17,7 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
                "mem_peak_pct", "power_mean_w", "power_max_w", "power_limit_w", "energy_j", "energy_kwh",
                "energy_source", "nvlink_tx_bytes", "nvlink_rx_bytes", "nvlink_bps", "pcie_tx_bytes",
                "pcie_rx_bytes", "pcie_bps", "throttle_s": {reason: s}, "idle_s", "idle_pct", "temp_max_c",
-               "sm_clock_mhz"}],
+               "sm_clock_mhz", "profiled_s"?, "profilers"?, "profiled_spans"?}],
      "job": {the same quantities over all GPUs, "gpu_count", "gpu_hours", "wasted_gpu_hours",
              "sm_active_spread_pct", "util_spread_pct"},
      "hosts": {node: {"cpu_efficiency_pct", "cpu_time_s", "cpu_source", "cpus_allocated", "rss_peak_mib", "iowait_pct"}},
@@ -26,6 +26,10 @@ Shape (all numbers rounded; ``None`` where the sampler could not measure, never 
      "quality": {"samples", "gaps", "gap_s", "partial", "reasons": [..], "nodes_expected", "nodes_missing"},
      "diagnosis": {"class", "confidence", "imbalanced", "evidence": [..], "recommendations": [..], "findings": [..],
                    "roofline": {..}, "unused": {..}|None, "busy_class", "phases": [..]}}
+
+A GPU on which the job's own process ran under a profiler carries ``profiled_s`` (seconds), ``profilers``
+({tool: seconds}) and ``profiled_spans`` ([[t0, t1]]): its activity figures (``model/profiled.py``) are
+means over the rest of its time, ``None`` when there was none; ``idle_pct`` and the link rates too.
 
 A node summary carries also ``fleet``: per GPU its uuid and figures under load (``gpuperf/model/load.py``),
 which the controller folds into the fleet fingerprints; the merged job summary leaves it out.
@@ -78,6 +82,8 @@ def _gpu_summary(node: str, index: str, g: dict) -> dict[str, Any]:
     """One GPU's summary from its aggregates entry."""
     metrics = g.get("metrics") or {}
     seconds = _num(g.get("seconds")) or 0.0
+    profiled = min(seconds, max(0.0, _num(g.get("profiled_s")) or 0.0))
+    measured = seconds - profiled          # the time the activity figures (and idle, links) were read
     out: dict[str, Any] = {"node": node, "gpu": int(index), "name": g.get("name"),
                            "samples": int(g.get("samples") or 0), "seconds": _r(seconds)}
     for key, metric in _MEANS.items():
@@ -109,15 +115,22 @@ def _gpu_summary(node: str, index: str, g: dict) -> dict[str, Any]:
             if b is not None:
                 total += b
                 known = True
-        out[f"{link}_bps"] = _r(total / seconds, 0) if known and seconds > 0 else None
+        out[f"{link}_bps"] = _r(total / measured, 0) if known and measured > 0 else None
     thr = g.get("throttle_s") or {}
     out["throttle_s"] = {k: _r(_num(v) or 0.0) for k, v in thr.items() if _num(v)}
     idle = _num(g.get("idle_s"))
     out["idle_s"] = _r(idle)
-    out["idle_pct"] = _r(100.0 * idle / seconds) if idle is not None and seconds > 0 else None
+    out["idle_pct"] = _r(100.0 * idle / measured) if idle is not None and measured > 0 else None
     out["temp_max_c"] = _r(_stat(metrics, "temp_c", "max"), 0)
     if g.get("shared"):
         out["shared_s"] = _r(_num(g.get("shared_s")))
+    if profiled > 0:
+        # the job's process ran under a profiler: its activity figures then were the profiler's, kept out
+        out["profiled_s"] = _r(profiled)
+        out["profilers"] = {str(k): _r(_num(v)) for k, v in (g.get("profilers") or {}).items() if _num(v)}
+        spans = [sp for sp in (g.get("profiled_spans") or [])[:16] if isinstance(sp, (list, tuple)) and len(sp) == 2]
+        out["profiled_spans"] = [[_r(_num(a), 2), _r(_num(b), 2)] for a, b in spans
+                                 if _num(a) is not None and _num(b) is not None]
     foreign = g.get("foreign_processes") or []
     if foreign:
         # processes of other jobs (or of none) on an allocated GPU: the figures above include their work

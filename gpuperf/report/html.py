@@ -213,6 +213,8 @@ def _summary_html(s: dict) -> str:
             for c, k in cols[1:]]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     parts.append("<h2>Per GPU</h2><table id='gpus'>" + "".join(rows) + "</table>")
+    if job.get("profiled_s"):
+        parts.append(f"<p class='note' id='profiler'>{_e(terminal.profiler_line(job))}</p>")
     e = s.get("estimates") or {}
     if e.get("model"):
         parts.append(f"<p class='est'>{_e(e['model'])}: about {_n(e.get('tflops_est_per_gpu'))} TFLOP/s per GPU of "

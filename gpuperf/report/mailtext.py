@@ -20,6 +20,8 @@ def headline(name: str, s: dict) -> str:
              f"{gpu_time(job.get('gpu_hours'))}" + (f" ({gpu_time(job.get('wasted_gpu_hours'))} wasted)"
                                                      if (job.get("wasted_gpu_hours") or 0) > 0 else ""),
              f"SM active {pct(job.get('sm_active_pct'))}", energy(job.get("energy_kwh"))]
+    if job.get("profiled_s"):
+        parts.append("figures missing under a profiler")
     if (s.get("quality") or {}).get("partial"):
         parts.append("partial data")
     return f"Job {name}: " + ", ".join(parts)

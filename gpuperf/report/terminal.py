@@ -166,6 +166,8 @@ def _totals(s: dict) -> Table:
                       f"{_rate(job.get('pcie_bps'))} per GPU")
     _row(t, "Throttling", ", ".join(f"{k} {v:.0f} s" for k, v in thr.items() if v) or "none")
     _row(t, "Idle", f"{job.get('idle_s') or 0:.0f} GPU-s without a kernel ({_pct(job.get('idle_pct'))})")
+    if job.get("profiled_s"):
+        _row(t, "Profiler", Text(profiler_line(job), style="yellow"))
     for node, h in (s.get("hosts") or {}).items():
         rss = "n/a" if h.get("rss_peak_mib") is None else f"{h['rss_peak_mib']:.0f} MiB"
         src = f" (from the {h['cpu_source']})" if h.get("cpu_source") == "cgroup" else ""
@@ -183,6 +185,13 @@ def _totals(s: dict) -> Table:
     elif e:
         _row(t, "Estimates", Text(e.get("note") or "n/a", style="italic"))
     return t
+
+
+def profiler_line(job: dict) -> str:
+    """The job's time under a profiler, said as missing figures (the terminal and HTML reports)."""
+    tools = ", ".join(f"{k} {v:.0f} GPU-s" for k, v in (job.get("profilers") or {}).items() if isinstance(v, (int, float)))
+    return (f"{tools or str(job['profiled_s']) + ' GPU-s'} under a profiler: SM, tensor, DRAM, link and utilization "
+            "figures of that time are missing, not zero (the means above are over the rest)")
 
 
 def _setup(s: dict) -> Table | None:

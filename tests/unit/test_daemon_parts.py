@@ -308,11 +308,14 @@ def test_an_op_that_fails_rolls_the_store_back_and_answers_an_error(tmp_path):
 # sampling.Sweeper / Energy / attribution.Mismatches --------------------------------------------
 
 class _Attr:
-    def __init__(self, jobs: dict[int, int | None]) -> None:
-        self.jobs = jobs
+    def __init__(self, jobs: dict[int, int | None], profilers: dict[int, str] | None = None) -> None:
+        self.jobs, self.profilers = jobs, profilers or {}
 
     def job_of(self, pid: int) -> int | None:
         return self.jobs.get(pid)
+
+    def job_and_profiler(self, pid: int) -> tuple[int | None, str | None]:
+        return self.jobs.get(pid), self.profilers.get(pid)
 
 
 class _Pub:
@@ -398,6 +401,28 @@ def test_a_foreign_process_is_noted_in_the_job_every_sweep_and_recorded_once():
     assert ev[1] == 1 and ev[3] == {"gpu": 0, "pid": 42, "process_job": 77, "registered": [1]}
     foreign = jobs.running[1].agg.gpus[0].foreign["42"]
     assert foreign["first_t"] == 10.0 and foreign["last_t"] == 11.0
+
+
+def test_a_sweep_folds_a_profiled_jobs_activity_as_missing_and_only_for_that_job():
+    # GPU 0 shared by jobs 1 and 2: job 1's own process runs under Nsight Compute. Job 1's activity figures
+    # are missing for that time (its seconds counted), its power still folds; job 2's figures stay, and a
+    # foreign process under a profiler (pid 43, job 77) blanks nobody's
+    store = FakeStore()
+    jobs, _ = _jobs(store)
+    jobs.register({"job_id": 1, "uid": 0, "gpus": [0]})
+    jobs.register({"job_id": 2, "uid": 0, "gpus": [0, 1]})
+    procs = [{"pid": 41}, {"pid": 42}, {"pid": 43}]
+    sw, stats, *_ = _sweeper([_sample(0, 10.0, procs), _sample(1, 10.0, [{"pid": 43}])], store, jobs,
+                             attr={41: 1, 42: 2, 43: 77})
+    sw.mismatches.attr.profilers = {41: "Nsight Compute", 43: "Nsight Compute"}
+    sw.sweep()
+    sw.fold(11.0, [_sample(0, 11.0, procs), _sample(1, 11.0)])
+    g1, g2 = jobs.running[1].agg.gpus[0], jobs.running[2].agg.gpus[0]
+    assert g1.profiled_s == 2.0 and g1.profilers == {"Nsight Compute": 2.0} and g1.samples == 2
+    assert "util_gpu_pct" not in g1.metrics and g1.metrics["power_w"].n == 2 and g1.idle_s == 0.0
+    assert g2.profiled_s == 0.0 and g2.metrics["util_gpu_pct"].n == 2
+    assert jobs.running[2].agg.gpus[1].profiled_s == 0.0
+    assert [e[1:] for e in store.events_ if e[2] == "profiler"] == [(1, "profiler", {"gpu": 0, "pid": 41, "tool": "Nsight Compute"})]
 
 
 # handover.Handover -------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ model: files and parsers"): each example must end within the deadline, allocate 
 
 Inputs: kernel log records (a user's text can be quoted in one), ``scontrol show job -d``, ``sacct`` and ``squeue`` output with a
 hostile job name and comment, ``applied/`` and ``env/`` records, the config file's TOML, AdminComment
-text and payloads, affinity plan text, CPU lists.
+text and payloads, affinity plan text, CPU lists, a process's environment (the profiler markers).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gpuperf.access.slurm import SlurmError, parse_job_cpu_ids
 from gpuperf.affinity import plan as aff
 from gpuperf.affinity import report as aff_report
 from gpuperf.checks import xid
+from gpuperf.daemon.attribution import PROFILERS, parse_environ_job, parse_environ_profiler
 from gpuperf.env import report as env_report
 from gpuperf.env.plan import CACHE, TASK_DIR
 from gpuperf.files import config, safeio
@@ -213,6 +214,22 @@ def test_admincomment_text(text):
                 fn(text)
             except admincomment.AdminCommentError:
                 pass
+
+
+# a process's environment: the user's bytes, profiler markers among them
+ENV_TOKENS = st.sampled_from([b"\0", b"=", b"NV_TPS_LAUNCH_TOKEN=", b"Interactive Profile", b"Frame Debugger",
+                              b"NV_NSIGHT_INJECTION_TRANSPORT_TYPE=", b"NV_COMPUTE_PROFILER_PERFWORKS_DIR=",
+                              b"NSYS_PROFILING_SESSION_ID=", b"CUDA_INJECTION64_PATH=", b"SLURM_JOB_ID=", b"9" * 40,
+                              b"\xff\xfe", b"uds", b"/x.so", b" "])
+
+
+@FUZZ
+@given(data=st.one_of(st.binary(max_size=600), st.lists(ENV_TOKENS, max_size=80).map(b"".join)))
+def test_a_process_environment(data):
+    with bounded():
+        assert parse_environ_profiler(data) in (None, *PROFILERS)
+        job = parse_environ_job(data)
+    assert job is None or isinstance(job, int)
 
 
 def test_an_admincomment_that_inflates_without_end_is_refused():

@@ -49,7 +49,7 @@ ALLOWED = {
     'with open(args.html, "w", encoding="utf-8") as f:': "a write, to the caller's own path",
     "self.open()": "the daemon opening its own store and sockets",
     'with open(os.path.join(self.proc_root, str(pid), "environ"), "rb", buffering=0) as f:':
-        "/proc/PID/environ: read in bounded chunks by attribution._scan_environ",
+        "/proc/PID/environ: read in bounded chunks by attribution._environ_entries",
     'with open(os.path.join(attr.proc_root, key.split(":", 1)[0], "cgroup")) as f:': "/proc/PID/cgroup (kernel)",
     'f = open(d / "daemon.lock", "a+")': "daemon state dir (root's)",
     'with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as f:':
