@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import shutil
@@ -63,23 +64,66 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * len(s) + 0.5) - 1))]
 
 
-def baseline_daemon(checkout: Path, extra: str) -> BenchDaemon:
-    """A BenchDaemon running ``checkout``'s code (its own benchmarks/daemon_cpu.py)."""
-    import importlib.util
+class Served:
+    """The daemon that serves one set of hooks: its config, run directory, finalize and stop."""
 
-    spec = importlib.util.spec_from_file_location("baseline_daemon_cpu", checkout / "benchmarks" / "daemon_cpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
+    def __init__(self, cfg_path: Path, run_dir: str, finalize, stop):
+        self.cfg_path, self.base, self.run_dir = cfg_path, cfg_path.parent, run_dir
+        self.finalize, self.stop = finalize, stop
+
+
+def current_daemon(extra: str) -> Served:
+    """A BenchDaemon of this checkout."""
+    d = BenchDaemon(default_backend(8), 1.0, extra)
+    return Served(d.cfg_path, d.cfg.general.run_dir, lambda job: client.request(d.cfg, "finalize", {"job_id": job}),
+                  d.stop)
+
+
+# runs in its own interpreter: the baseline's modules (its benchmarks/daemon_cpu.py, its gpuperf) may have the
+# same names as this checkout's and a different layout (issue 25 moved every root module into a folder)
+_BASELINE = r"""
+import sys
+base, extra = sys.argv[1], sys.argv[2]
+sys.path[:0] = [base, base + "/benchmarks"]
+from daemon_cpu import BenchDaemon, default_backend
+d = BenchDaemon(default_backend(8), 1.0, extra)
+print(d.cfg_path, d.cfg.general.run_dir, flush=True)
+for line in sys.stdin:
     try:
-        spec.loader.exec_module(mod)  # it puts its checkout first on sys.path: this process keeps its own
-    finally:
-        sys.path[:] = saved
-    cwd = os.getcwd()
-    os.chdir("/")  # ``python -m`` puts the working directory first on the daemon's path: not this checkout
-    try:
-        return mod.BenchDaemon(default_backend(8), 1.0, extra)
-    finally:
-        os.chdir(cwd)
+        d.call("finalize", {"job_id": int(line)})
+    except Exception as e:
+        print(f"finalize {line.strip()}: {e}", file=sys.stderr)
+    print("ok", flush=True)
+d.stop()
+"""
+
+
+def baseline_daemon(checkout: Path, extra: str) -> Served:
+    """A BenchDaemon running ``checkout``'s code (its own benchmarks/daemon_cpu.py), in a process of its own."""
+    proc = subprocess.Popen([sys.executable, "-c", _BASELINE, str(checkout.resolve()), extra], cwd="/",
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    first = proc.stdout.readline().split()
+    if len(first) != 2:
+        proc.kill()
+        raise SystemExit(f"the baseline daemon did not start (exit {proc.wait()})")
+
+    def finalize(job: int) -> None:
+        proc.stdin.write(f"{job}\n")
+        proc.stdin.flush()
+        proc.stdout.readline()
+
+    def stop() -> None:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+    return Served(Path(first[0]), first[1], finalize, stop)
+
+
+def baseline_hook(py: str, checkout: Path, name: str, mod: str) -> list[str]:
+    """The baseline's hook as it shipped: its plain script (packaging/bin) where it has one, else what a pip
+    console script runs (``import re`` first)."""
+    script = checkout / "packaging" / "bin" / name
+    return [py, str(script)] if script.exists() else [py, "-c", SCRIPT.format(mod=mod)]
 
 
 def prolog_env(cfg_path: Path, job: int) -> dict[str, str]:
@@ -103,8 +147,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gpuperf-hookbench-"))
     cgroups = tmp / "cgroup"
     extra = f'[checks]\ndrain = false\n[affinity]\ncgroup_root = "{cgroups}"'
-    d = BenchDaemon(default_backend(8), 1.0, extra)
-    daemons = {"": d}
+    daemons = {"": current_daemon(extra)}
     load0 = os.getloadavg()
     try:
         if args.baseline:
@@ -122,9 +165,11 @@ def main() -> int:
             "task": ([str(BIN / "gpuperf-taskprolog")], "task"),
         }
         if args.baseline:
-            rows["fast (baseline)"] = ([py, "-c", SCRIPT.format(mod="gpuperf.prolog")], "prolog")
-            rows["full (baseline)"] = ([py, "-c", SCRIPT.format(mod="gpuperf.prolog")], "prolog-full")
-            rows["task (baseline)"] = ([py, "-c", SCRIPT.format(mod="gpuperf.prolog.task")], "task")
+            rows["fast (baseline)"] = (baseline_hook(py, Path(args.baseline), "gpuperf-prolog", "gpuperf.prolog"), "prolog")
+            rows["full (baseline)"] = (baseline_hook(py, Path(args.baseline), "gpuperf-prolog", "gpuperf.prolog"),
+                                       "prolog-full")
+            rows["task (baseline)"] = (baseline_hook(py, Path(args.baseline), "gpuperf-taskprolog",
+                                                     "gpuperf.prolog.task"), "task")
         wall: dict[str, list[float]] = {k: [] for k in rows}
         cpu: dict[str, list[float]] = {k: [] for k in rows}
         via: dict[str, set[str]] = {k: set() for k in rows}
@@ -151,11 +196,11 @@ def main() -> int:
                 if rc != 0:
                     print(f"{label}: exit {rc}", file=sys.stderr)
                 if kind.startswith("prolog"):
-                    rec = json.loads((Path(dd.cfg.general.run_dir) / "jobs" / str(job) / "prolog.json").read_text())
+                    rec = json.loads((Path(dd.run_dir) / "jobs" / str(job) / "prolog.json").read_text())
                     why = "" if rec["data"].get("via") or kind == "prolog-full" else f' ({rec["data"].get("fast_path")})'
                     via[label].add(f'{rec["data"].get("via") or "process"}{why}, CPUs from '
                                    f'{rec["data"].get("affinity", {}).get("cpus_source")}')
-                    client.request(dd.cfg, "finalize", {"job_id": job})
+                    dd.finalize(job)
                     if r >= 3:
                         steps_ms[label].append(sum(st.get("ms") or 0.0 for st in rec["steps"].values()))
                 elif kind == "task":
@@ -183,6 +228,18 @@ def main() -> int:
         fastest = min(wall[label])
         print(f"| {label} | {p50:.1f} | {pct(wall[label], 0.95):.1f} | {p50 / bare:.2f}x | {fastest:.1f} | "
               f"{fastest / bare_min:.2f}x | {statistics.median(cpu[label]):.1f} | {note} |")
+    if args.baseline:
+        print("\nPaired, round by round (this checkout / the baseline): geometric mean and 95% interval, of the wall "
+              "time and of the hook process's CPU time (user+sys: less moved by other work on the machine)")
+        print("| hook | wall ratio | 95% interval | CPU ratio | 95% interval | rounds |")
+        print("|---|---|---|---|---|---|")
+        for hook in ("fast", "full", "task"):
+            cells = []
+            for xs in (wall, cpu):
+                logs = [math.log(a / b) for a, b in zip(xs[hook], xs[f"{hook} (baseline)"]) if a > 0 and b > 0]
+                m, h = statistics.fmean(logs), 1.96 * statistics.stdev(logs) / math.sqrt(len(logs))
+                cells += [f"{math.exp(m):.3f}", f"[{math.exp(m - h):.3f}, {math.exp(m + h):.3f}]"]
+            print(f"| {hook} | {' | '.join(cells)} | {len(wall[hook])} |")
     return 0
 
 
