@@ -346,6 +346,57 @@ def test_the_class_never_contradicts_the_phases():
     assert d.cls == max(work, key=lambda p: p["share_pct"])["class"] == "memory_bound"
 
 
+# the ramp into the work: one point before it and the one it began in, at half the level or less
+RAMP = dict(util_gpu_pct=50.0, sm_active_pct=45.0, tensor_active_pct=40.0, dram_active_pct=12.0)
+
+
+def _means(parts: list[tuple[int, dict]]) -> dict:
+    n = sum(k for k, _ in parts)
+    return {f: sum(k * vals[f] for k, vals in parts) / n for f in parts[0][1]}
+
+
+def test_the_ramp_into_the_first_working_phase_is_startup_and_left_out_of_its_estimate():
+    # seen on 24 of the zoo's 86 recordings: an idle point and the one the GEMM began in read "GPU utilization
+    # 25%" and were a working phase classed input-bound (or launch-bound), diluting the estimate by their share
+    parts = [(1, IDLE), (1, RAMP), (10, GEMM)]
+    d, _ = diag(**_means(parts), series=series(parts))
+    assert [p["class"] for p in d.phases] == ["startup", "compute_bound"]
+    assert [p["work"] for p in d.phases] == [False, True] and "ramp" in d.phases[0]["evidence"]
+    assert d.cls == "compute_bound" and "DataLoader" not in recs(d)
+    # the working phase's own level (GEMM: tensor 90%), not the job's mean nor the ramp's share of it
+    assert d.roofline["compute_roof_pct"] == pytest.approx(GEMM["tensor_active_pct"], rel=0.02)
+
+
+def test_an_idle_start_under_the_phase_floor_is_startup_not_diluted_work():
+    # one idle point of twelve (8% of the job, under the 10% floor) joined the work and diluted it by 8%
+    parts = [(1, IDLE), (11, GEMM)]
+    d, _ = diag(**_means(parts), series=series(parts))
+    assert [p["class"] for p in d.phases] == ["startup", "compute_bound"]
+    assert d.roofline["compute_roof_pct"] == pytest.approx(GEMM["tensor_active_pct"], rel=0.02)
+
+
+def test_the_working_phases_are_priced_at_the_clock_they_ran_at():
+    # an idle GPU without a CUDA context clocks down (345 MHz): the job's mean clock is not the work's
+    idle, gemm = dict(IDLE, sm_clock_mhz=345.0), dict(GEMM, sm_clock_mhz=1755.0)
+    parts = [(4, idle), (8, gemm)]
+    d, _ = diag(**_means(parts), series=series(parts))
+    alone, _ = diag(**gemm)
+    assert [p["class"] for p in d.phases] == ["startup", "compute_bound"]
+    assert d.roofline["tflops"] == pytest.approx(alone.roofline["tflops"], rel=0.03)
+
+
+def test_a_first_phase_longer_than_the_ramp_or_at_the_level_of_the_work_keeps_its_class():
+    # ABSENT: three points of slow input (longer than a ramp can be) are a phase of their own ...
+    slow = dict(util_gpu_pct=30.0, sm_active_pct=25.0, tensor_active_pct=5.0, dram_active_pct=3.0)
+    parts = [(3, slow), (9, GEMM)]
+    d, _ = diag(**_means(parts), series=series(parts))
+    assert [p["class"] for p in d.phases] == ["input_bound", "compute_bound"] and d.phases[0]["work"]
+    # ... and so are two points of streaming work as busy as the GEMM after them
+    parts = [(2, MEM), (10, GEMM)]
+    d, _ = diag(**_means(parts), series=series(parts))
+    assert [p["class"] for p in d.phases] == ["memory_bound", "compute_bound"] and d.phases[0]["work"]
+
+
 def test_an_idle_tail_is_named_and_does_not_decide_the_class():
     d, _ = diag(util_gpu_pct=60.0, sm_active_pct=58.0, tensor_active_pct=54.0, dram_active_pct=15.0,
                 series=series([(60, GEMM), (40, IDLE)]))
