@@ -10,8 +10,10 @@ class is set against the LABEL declared in ``benchmarks/workloads/<workload>.py`
 is, written before any diagnosis ran). The estimate is taken twice and set against the rate the
 workload counted itself: over the timed work alone (``t_switch`` or ``t_start`` .. ``t_end``, a window
 only the workload knows), and as the job's report gives it (over the job's own working phases, its
-start-up and idle tail set apart by the diagnosis). A recommendation matching one of the label's
-``contradicts`` categories (``CONTRADICTS`` below) contradicts the label.
+start-up and idle tail set apart by the diagnosis). Advice the report shows (a recommendation, a
+finding's fix, a note) matching one of the label's ``contradicts`` categories (``CONTRADICTS`` below)
+contradicts the label, unless it only says what the counters cannot tell, names the measurement that
+would, and makes its suggestion conditional on it (``hedged``).
 
 Writes ``matrix.md`` (confusion matrix, per-workload classes), ``estimates.md`` (estimate vs achieved by
 datatype), ``contradictions.md`` and ``activity.md`` (pipe and tensor-kind activity each workload showed)
@@ -80,13 +82,48 @@ def _diagnosis(path: str, window: tuple[float, float], gpus: int = 1) -> tuple[d
     return s, s["diagnosis"]
 
 
+# Where the counters cannot tell two cases apart the advice is to say so, name the measurement that would, and
+# make what it suggests conditional on that measurement (issue 30). A text that does all three (``hedged``) may
+# name a contradicting category in its statement of what is not known, in the measurement, or under its
+# condition ("only if ... show bf16: FP8 can ..."); any other clause of it that matches is still a contradiction.
+_CANNOT_TELL = re.compile(r"not measured|cannot (?:be )?told?\b|cannot tell|can't tell", re.I)
+_MEASUREMENT = re.compile(r"Nsight|\bncu\b|\bnsys\b|\bsm__\w+|autocast|kernel names", re.I)
+_CONDITION = re.compile(r"^\s*(?:only )?if\b", re.I)
+
+
+def advice(diag: dict[str, Any]) -> list[str]:
+    """Every advice text the report shows: recommendations, findings' fixes and notes."""
+    return (list(diag.get("recommendations") or []) + [f.get("fix", "") for f in diag.get("findings") or []]
+            + list(diag.get("notes") or []))
+
+
+def hedged(text: str, rx: re.Pattern) -> bool:
+    """Whether every clause of ``text`` that matches ``rx`` is a statement of what the counters cannot tell, the
+    measurement that would, or a suggestion under a condition, in a text that says what is not measured and
+    names the measurement."""
+    if not (_CANNOT_TELL.search(text) and _MEASUREMENT.search(text)):
+        return False
+    clauses = [c for c in re.split(r"; |\. ", text) if rx.search(c)]
+    return all(_CANNOT_TELL.search(c) or _MEASUREMENT.search(c) or _CONDITION.search(c) for c in clauses)
+
+
 def contradictions(label: dict[str, Any], diag: dict[str, Any]) -> list[str]:
-    """The recommendations (and findings' fixes) that match a category the label says contradicts it."""
-    texts = list(diag.get("recommendations") or []) + [f.get("fix", "") for f in diag.get("findings") or []]
+    """The advice texts (recommendations, findings' fixes, notes) that match a category the label says
+    contradicts it, unless hedged (``hedged``: the counters cannot tell, the measurement named, the suggestion
+    conditional on it)."""
     out = []
     for cat in label.get("contradicts", []):
         rx = re.compile(CONTRADICTS[cat], re.I)
-        out += [f"{cat}: {t}" for t in texts if rx.search(t)]
+        out += [f"{cat}: {t}" for t in advice(diag) if rx.search(t) and not hedged(t, rx)]
+    return sorted(set(out))
+
+
+def hedged_advice(label: dict[str, Any], diag: dict[str, Any]) -> list[str]:
+    """The advice texts that name a contradicting category only as ``hedged`` allows (listed, not counted)."""
+    out = []
+    for cat in label.get("contradicts", []):
+        rx = re.compile(CONTRADICTS[cat], re.I)
+        out += [f"{cat}: {t}" for t in advice(diag) if rx.search(t) and hedged(t, rx)]
     return sorted(set(out))
 
 
@@ -151,7 +188,8 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
                            "class": diag.get("class"), "busy_class": diag.get("busy_class"),
                            "phases": [p.get("class") for p in diag.get("phases") or []],
                            "recommendations": list(diag.get("recommendations") or []),
-                           "contradicts": contradictions(label, diag), "rate": label.get("rate"),
+                           "contradicts": contradictions(label, diag), "hedged": hedged_advice(label, diag),
+                           "rate": label.get("rate"),
                            "exact": bool(label.get("exact", True)), "achieved": None, "estimate": None, "error_pct": None,
                            "bracket": None, "judged_error_pct": None, "stated_error_pct": stated_error_pct(label["dtype"]),
                            "report_estimate": None, "report_bracket": None, "report_judged_error_pct": None,
@@ -276,13 +314,22 @@ def activity_md(rows: list[dict[str, Any]]) -> str:
 
 
 def contradictions_md(rows: list[dict[str, Any]]) -> str:
-    """Every recommendation that contradicts its recording's label."""
+    """Every advice text (recommendation, finding's fix, note) that contradicts its recording's label, then those
+    that name a contradicting category only hedged: the counters cannot tell, the measurement named, the
+    suggestion conditional on it."""
     out = [f"{sum(bool(r['contradicts']) for r in rows)} of {len(rows)} recordings get advice that contradicts "
-           "their label (category: recommendation).", ""]
+           "their label (category: advice; recommendations, findings' fixes and notes scanned).", ""]
     for r in rows:
         if r["contradicts"]:
             out.append(f"- **{r['file']}** (label {r['label']}, {r['dtype']}; classed {r['class']}):")
             out += [f"  - {c}" for c in r["contradicts"]]
+    hedged_rows = [r for r in rows if r.get("hedged")]
+    out += ["", f"{len(hedged_rows)} recordings get advice that names a contradicting category only where it says "
+            "what the counters cannot tell, names the measurement that would, and makes the suggestion "
+            "conditional on it (not counted):", ""]
+    for r in hedged_rows:
+        out.append(f"- **{r['file']}** (label {r['label']}, {r['dtype']}): " + "; ".join(
+            sorted({c.split(':')[0] for c in r["hedged"]})))
     return "\n".join(out)
 
 

@@ -200,7 +200,8 @@ def over_working(roof: dict[str, Any], factors: dict[str, float], share: float) 
     for k in _ACTIVITIES + _RATES:
         if isinstance(roof.get(k), (int, float)):
             roof[k] = round(roof[k] * by.get(k, main) * (clk if k in _RATES else 1.0), 1)
-    roof["kinds"] = {k: [round(v[0] * act.get(k, main), 1), None if v[1] is None else round(v[1] * act.get(k, main) * clk, 1)]
+    roof["kinds"] = {k: [round(v[0] * act.get(k, main), 1),
+                         None if v[1] is None else round(v[1] * act.get(k, main) * clk, 1)]
                      for k, v in (roof.get("kinds") or {}).items()}
     if roof.get("bracket"):
         roof["bracket"] = [round(x * main * clk, 1) for x in roof["bracket"]]

@@ -3,6 +3,8 @@ it does not (tensor work by kind, host copies, stalls, one story per job, advice
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gpuperf import diagnosis
@@ -40,6 +42,8 @@ def test_an_fp64_tensor_gemm_is_priced_at_the_fp64_tensor_peak_and_gets_no_fp8_o
     assert not any(w in recs(d) for w in ("FP8", "bf16", "TF32"))
     assert "FP64" in recs(d)
     assert not any("priced at bf16" in n for n in d.notes)          # the kinds were measured
+    # ABSENT from the notes as well: no FP8 or bf16 to an FP64 code, not even under a condition
+    assert not any(w in n for n in d.notes for w in ("FP8", "bf16", "TF32"))
 
 
 def test_hmma_work_is_priced_at_bf16_with_its_tf32_fp8_bracket_and_fp8_advice_is_conditional():
@@ -49,10 +53,26 @@ def test_hmma_work_is_priced_at_bf16_with_its_tf32_fp8_bracket_and_fp8_advice_is
     est = d.roofline["tflops"]
     assert est == pytest.approx(0.9 * H100.tensor_bf16_tflops, rel=0.03)
     assert d.roofline["bracket"] == [pytest.approx(est / 2, rel=0.01), pytest.approx(est * 2, rel=0.01)]
-    # the datatype of HMMA work is not in evidence: no precision recommended, the note says what FP8 would give
+    # the datatype of HMMA work is not in evidence: no precision recommended; the note says the counters cannot
+    # tell FP8 from bf16/fp16 or TF32, names what can, and says what FP8 would give only under that condition
     assert not any(w in recs(d) for w in ("FP8", "bf16", "TF32")) and "Nsight Systems" in recs(d)
-    assert any(n.startswith("if the tensor work is bf16/fp16, not yet FP8") for n in d.notes)
+    note = next(n for n in d.notes if "FP8" in n)
+    assert note.startswith("tensor datatype not measured: HMMA activity counts FP8, fp16/bf16 and TF32")
+    assert "cannot be told" in note and "sm__ops_path_tensor_src_fp8" in note
+    gain = [c for c in re.split(r"; |\. ", note) if "double" in c]
+    assert gain and all(c.startswith(("Only if they show bf16/fp16: FP8", "if TF32:")) for c in gain), gain
     assert any("as TF32" in e and "as FP8" in e for e in d.evidence)
+
+
+def test_memory_bound_hmma_work_is_not_told_its_data_is_16_bit():
+    # HMMA activity counts FP8 and TF32 tensor work as bf16's: it is no evidence of 16-bit data, so "8-bit storage
+    # for 16-bit data (FP8 activations)" would be FP8 advice to a job that may be FP8 already (the zoo's gelu and
+    # gemv, bf16 by their labels, were told it from 1-7% HMMA)
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=85.0, tensor_active_pct=5.0,
+                tensor_hmma_pct=5.0, tensor_imma_pct=0.0, tensor_dmma_pct=0.0, fp16_active_pct=0.0,
+                fp32_active_pct=0.5, fp64_active_pct=0.0, dram_active_pct=90.0)
+    assert d.cls == "memory_bound" and "narrower storage datatype" in recs(d)
+    assert not any(w in recs(d) for w in ("FP8", "8-bit", "16-bit"))
 
 
 def test_int8_tensor_work_is_priced_in_tops_and_gets_no_fp8_advice():
