@@ -99,7 +99,7 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
             d.evidence.append(burst)
         d.phases = phases.segment(series, th, s.pcie_link_gbps)
         cls = _from_phases(d, cls)
-        _working_roof(d)
+        _working_roof(d, phases.working_factors(series, th, s.pcie_link_gbps))
     d.notes = prof_notes + _notes(s, summary, th, d.cls, d.roofline)
     if d.roofline is not None and spec is not None:
         line = _roof_line(d.busy_class or d.cls, d.roofline, spec)
@@ -139,29 +139,15 @@ def _from_phases(d: Diagnosis, cls: str) -> str:
     return main["class"]
 
 
-# roofline figures that are rates or activities: a job's means over its whole time, rescaled to its working phases
-_SCALED = ("tensor_tflops", "fp32_tflops", "fp64_tflops", "tflops", "dram_gbps", "tflops_job", "compute_roof_pct",
-           "tensor_peak_pct", "dram_roof_pct")
-
-
-def _working_roof(d: Diagnosis) -> None:
-    """The roofline over the working phases: start-up and idle tails (no GPU work, by definition under the idle
-    bar) dilute the job's means by their share, so the means are divided by the working share."""
+def _working_roof(d: Diagnosis, factors: dict[str, float] | None = None) -> None:
+    """The roofline over the working phases: start-up, a ramp into the work and idle tails dilute the job's means
+    (``roofline.over_working``, with each activity's working-phase mean over its job-wide one: ``factors``)."""
     if d.roofline is None or not d.phases:
         return
     share = sum(p["share_pct"] for p in d.phases if p.get("work"))
     if not 0 < share < 95.0:
         return
-    f = 100.0 / share
-    r = d.roofline
-    for k in _SCALED:
-        if isinstance(r.get(k), (int, float)):
-            r[k] = round(r[k] * f, 1)
-    r["kinds"] = {k: [round(v[0] * f, 1), None if v[1] is None else round(v[1] * f, 1)]
-                  for k, v in (r.get("kinds") or {}).items()}
-    if r.get("bracket"):
-        r["bracket"] = [round(x * f, 1) for x in r["bracket"]]
-    r["working_share_pct"] = round(share, 1)
+    roofline.over_working(d.roofline, factors or {}, share)
 
 
 def _confidence(cls: str, s: Signals) -> str:

@@ -3,9 +3,10 @@ of math the job does, and the findings that stand beside the class (tensor cores
 underfilled, host<->device copies).
 
 Every recommendation rests on a figure the job's evidence names; none is one the job already follows
-(no FP8 to a job whose tensor work cannot be fp16/bf16, no TF32 without FP32 math at high intensity, no
-pinned memory to copies already at the pinned rate); where the figures cannot tell two causes apart
-the text says so and names the measurement that would.
+(no precision advice stated as a fact to tensor work whose datatype the counters do not give: HMMA
+activity counts FP8, fp16/bf16 and TF32 alike; no TF32 without FP32 math at high intensity, no pinned
+memory to copies already at the pinned rate); where the figures cannot tell two causes apart the text
+says so and names the measurement that would.
 """
 
 from __future__ import annotations
@@ -115,6 +116,17 @@ def _near_roof(kind: str | None, s: Signals, spec: gpuspecs.GpuSpec | None, roof
             cheaper]
 
 
+def _dtype_measure(fp8: bool) -> str:
+    """What tells the datatype of tensor work: Nsight Compute's tensor-path operations by source datatype, or the
+    code's matmul inputs (FP8 named only on a GPU that has it)."""
+    if fp8:
+        return ("Nsight Compute's tensor operations by source datatype (its sm__ops_path_tensor_src_fp8, _bf16, "
+                "_fp16 and _tf32 metrics) or the dtype of the code's matmul inputs (torch.float8_e4m3fn or a "
+                "Transformer Engine fp8_autocast region is FP8)")
+    return ("Nsight Compute's tensor operations by source datatype (its sm__ops_path_tensor_src_bf16, _fp16 and "
+            "_tf32 metrics) or the dtype of the code's matmul inputs")
+
+
 def notes(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[str, Any] | None,
           th: dict[str, float]) -> list[str]:
     """What the figures cannot decide but a user may: which peak tensor work is priced at, and the precision
@@ -128,19 +140,28 @@ def notes(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[str, A
     roof_pct = (roof or {}).get("compute_roof_pct", s.pipes)
     if cls != "compute_bound" or kind not in ("hmma", "tensor") or roof_pct is None or roof_pct < th["roof_near_pct"]:
         return out
+    # the datatype is not in evidence: what a narrower one would give is said only under the condition, with what
+    # tells it (an FP8 job must not read that FP8 would double it; issue 30)
+    counts = (f"HMMA activity counts {'FP8, ' if fp8 else ''}fp16/bf16 and TF32 tensor work alike" if kind == "hmma"
+              else "tensor activity without per-kind figures counts every tensor datatype alike")
+    tell = _dtype_measure(fp8)
     if fp8:
-        out.append(f"if the tensor work is bf16/fp16, not yet FP8 (not measured): Transformer Engine FP8 can nearly "
-                   f"double it on this {spec.model}")
+        out.append(f"tensor datatype not measured: {counts}, so whether this job already computes in FP8 cannot be "
+                   f"told from it; {tell} tell. Only if they show bf16/fp16: FP8 (Transformer Engine) can nearly "
+                   f"double the tensor rate on this {spec.model}; if TF32: bf16/fp16 doubles it where accuracy allows")
     else:
-        out.append("if the tensor work is TF32 (not measured): bf16/fp16 doubles it where accuracy allows")
+        out.append(f"tensor datatype not measured: {counts}, so which of them this job computes in cannot be told "
+                   f"from it; {tell} tell. Only if they show TF32: bf16/fp16 doubles the tensor rate where accuracy "
+                   "allows")
     return out
 
 
 def _fewer_bytes(s: Signals) -> str:
-    """Advice to move fewer bytes, for the datatype in evidence (none named where none is in evidence)."""
+    """Advice to move fewer bytes, for the datatype in evidence (none named where none is in evidence: HMMA
+    activity is no evidence of 16-bit data, it counts FP8 and TF32 tensor work alike; the FP16 pipe's is)."""
     if (s.fp64 or 0.0) >= 1.0 or (s.dmma or 0.0) >= 1.0:
         return "move fewer bytes: FP32 storage with FP64 accumulation where the numerics allow, fewer passes over the data"
-    if (s.fp16 or 0.0) >= 1.0 or (s.hmma or 0.0) >= 1.0:
+    if (s.fp16 or 0.0) >= 1.0:
         return "move fewer bytes: 8-bit storage for 16-bit data where accuracy allows (FP8 activations, quantised weights)"
     return ("move fewer bytes: a narrower storage datatype where accuracy allows (each halving of the element size "
             "halves the traffic), fewer passes over the data")

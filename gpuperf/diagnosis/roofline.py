@@ -171,3 +171,38 @@ def job_estimate(gpus: list[dict], spec: gpuspecs.GpuSpec) -> dict[str, Any]:
     out["dram_roof_pct"] = _mean([num(g.get("dram_active_pct")) for g in gpus], w)
     out["clock_scaled"] = spec.tensor_mhz is not None and any(num(g.get("sm_clock_mhz")) for g in gpus)
     return out
+
+
+# figures that are a job's means over its whole time, rescaled to its working phases: activities (percent of a
+# peak) by their activity's factor; rates (activity x peak x clock) by it and the clock's as well
+_ACTIVITIES = ("compute_roof_pct", "dram_roof_pct", "dram_gbps")
+_RATES = ("tensor_tflops", "fp32_tflops", "fp64_tflops", "tflops", "tflops_job", "tensor_peak_pct")
+
+
+def over_working(roof: dict[str, Any], factors: dict[str, float], share: float) -> None:
+    """Rescale a job estimate (``job_estimate``, in place) from the job's whole time to its working phases.
+
+    ``factors``: each series field's mean over the working phases over its job-wide mean
+    (``phases.working_factors``): an activity is multiplied by its own (start-up, a ramp into the work and an idle
+    tail did part of it, not none), a rate by its activity's and the SM clock's (the work's clock, not the job's
+    mean over idle stretches); an activity without a factor is divided by the working share (``share``,
+    percent), as if the rest did none. DRAM bandwidth does not scale with the SM clock."""
+    def f(*fields: str) -> float:
+        vals = [factors[k] for k in fields if k in factors]
+        return max(vals) if vals else 100.0 / share
+
+    clk = factors.get("sm_clock_mhz", 1.0) if roof.get("clock_scaled") else 1.0
+    act = {k: f(*KINDS[k][0]) for k in KINDS}
+    main = act.get(roof.get("kind") or "", f("tensor_active_pct", "fp16_active_pct", "fp32_active_pct",
+                                             "fp64_active_pct"))
+    by = {"tensor_tflops": act["tensor"], "fp32_tflops": act["fp32"], "fp64_tflops": act["fp64"],
+          "dram_gbps": f("dram_active_pct"), "dram_roof_pct": f("dram_active_pct")}
+    for k in _ACTIVITIES + _RATES:
+        if isinstance(roof.get(k), (int, float)):
+            roof[k] = round(roof[k] * by.get(k, main) * (clk if k in _RATES else 1.0), 1)
+    roof["kinds"] = {k: [round(v[0] * act.get(k, main), 1),
+                         None if v[1] is None else round(v[1] * act.get(k, main) * clk, 1)]
+                     for k, v in (roof.get("kinds") or {}).items()}
+    if roof.get("bracket"):
+        roof["bracket"] = [round(x * main * clk, 1) for x in roof["bracket"]]
+    roof["working_share_pct"] = round(share, 1)

@@ -10,7 +10,8 @@ from __future__ import annotations
 CLASSES = ("no_data", "idle", "unused_gpus", "input_bound", "launch_bound", "underfilled", "transfer_bound",
            "memory_bound", "latency_bound", "compute_bound", "communication_bound", "throttled", "busy_unprofiled")
 # Phases only: GPU work not yet begun (imports, CUDA context, JIT compilation, data loading before the
-# first step) and nothing left to do after the last; they never decide a job's class when it then worked.
+# first step, and the ramp into it: phases.RAMP_POINTS) and nothing left to do after the last; they never
+# decide a job's class when it then worked, and its estimates are over the working phases alone.
 PHASE_ONLY = ("startup", "idle_tail")
 
 DEFAULTS: dict[str, float] = {
