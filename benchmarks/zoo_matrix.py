@@ -183,7 +183,7 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
     # a sweep's rates cover the interval before it: the job window starts one interval before t_proc
     ngpu = int(label.get("gpus", 1))
     s_job, diag = _diagnosis(path, (start - rec.interval_s, end + rec.interval_s), ngpu)
-    row: dict[str, Any] = {"file": os.path.basename(path), "workload": wl, "gpu": gpu, "label": label["class"],
+    row: dict[str, Any] = {"file": os.path.basename(path), "workload": wl, "gpu": gpu, "gpus": ngpu, "label": label["class"],
                            "dtype": label["dtype"], "kind": label["kind"], "framework": label["framework"],
                            "class": diag.get("class"), "busy_class": diag.get("busy_class"),
                            "phases": [p.get("class") for p in diag.get("phases") or []],
@@ -255,8 +255,12 @@ def matrix_md(rows: list[dict[str, Any]], sc: dict[str, Any]) -> str:
     labs = sorted({r["label"] for r in rows})
     classes = sorted({r["class"] for r in rows} | set(labs))
     count = Counter((r["label"], r["class"]) for r in rows)
+    one = [r for r in rows if r.get("gpus", 1) == 1]
+    ok1, okn = sum(r["class"] == r["label"] for r in one), sum(r["class"] == r["label"] for r in rows if r not in one)
+    split = (f" Single-GPU zoo (issue 30's bar): {ok1} of {len(one)} ({100.0 * ok1 / len(one):.1f}%); 2-GPU communication "
+             f"workloads (issue 29): {okn} of {len(rows) - len(one)}.") if one and len(one) < len(rows) else ""
     out = [f"Classed as labelled: {sc['classed_as_labelled']} of {sc['n']} recordings ({sc['classed_pct']:.0f}%); "
-           f"with advice that contradicts the label: {sc['with_contradictions']}.", "",
+           f"with advice that contradicts the label: {sc['with_contradictions']}.{split}", "",
            "| label \\ class | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
     for lab in labs:
         out.append(f"| **{lab}** | " + " | ".join(str(count[(lab, c)] or "") for c in classes) + " |")

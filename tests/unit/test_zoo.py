@@ -33,8 +33,23 @@ LABELS = {n: lab for n, lab in zm.labels().items() if n not in TWO_GPU}
 
 
 @pytest.fixture(scope="module")
-def rows():
+def all_rows():
     return zm.run()
+
+
+@pytest.fixture(scope="module")
+def rows(all_rows):
+    """The single-GPU zoo's rows: issue 30's bars (class, estimates) are over these."""
+    return [r for r in all_rows if r["workload"] not in TWO_GPU and r["gpus"] == 1]
+
+
+def test_the_two_gpu_recordings_are_rows_of_the_matrix_and_classed_as_labelled(all_rows, rows):
+    comm = [r for r in all_rows if r not in rows]
+    if not comm:
+        pytest.skip("no 2-GPU recording in tests/data/recordings/zoo (benchmarks/device/h200x2_issue29.sh makes them)")
+    assert {r["workload"] for r in comm} <= TWO_GPU and all(r["gpus"] == 2 for r in comm)
+    wrong = [f"{r['file']}: {r['class']} (label {r['label']})" for r in comm if r["class"] != r["label"]]
+    assert not wrong, wrong
 
 
 def test_the_zoo_has_40_labelled_workloads_across_datatypes_kinds_and_frameworks():
@@ -138,8 +153,8 @@ def test_at_least_95_percent_of_the_zoo_is_classed_as_labelled(rows):
     assert zm.scores(rows)["classed_pct"] >= 95.0, wrong
 
 
-def test_no_recommendation_contradicts_its_label(rows):
-    bad = {r["file"]: r["contradicts"] for r in rows if r["contradicts"]}
+def test_no_recommendation_contradicts_its_label(all_rows):
+    bad = {r["file"]: r["contradicts"] for r in all_rows if r["contradicts"]}
     assert not bad, bad
 
 
