@@ -1,15 +1,31 @@
-"""Every guard on a user's files and parsed text, removed one at a time: the named test must fail.
+"""Every guard on a user's files, parsed text and sockets, removed one at a time: the named test must fail.
 
-Run from the repository root with the test venv's python (``python tests/mutate_guards.py [name...]``):
-each mutation edits one file (one exact match, else it says so), runs the one test, restores the
-file. docs/SECURITY.md ("Threat model: files and parsers") lists the same guard -> test pairs.
+``M`` lists the mutations: (name, file, the guard's text, what replaces it, the test that must then fail).
+``tests/unit/test_mutate_guards.py`` runs them all in the suite; by hand, from the repository root with
+the test venv's python: ``python tests/mutate_guards.py [name...]``. Either way the checkout is never
+edited: each mutation is applied to a copy of the package in a directory of its own, and the named test
+runs from the checkout with that copy first on the path (``python -m pytest`` from the copy, the copy on
+``PYTHONPATH``); a small plugin there records which ``gpuperf`` the test imported and how the test ended.
+docs/SECURITY.md ("Each guard, and the test that fails without it", and the socket tables) lists the same
+guard -> test pairs.
 """
+from __future__ import annotations
+
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
+TIMEOUT_S = 120        # a mutation that makes its test hang fails it too (far above any test's honest time)
 U = "tests/unit/"
 S, H, G = U + "test_security_files.py::", U + "test_hardening.py::", U + "test_safeio_guards.py::"
 M = [
@@ -52,28 +68,130 @@ M = [
  ("files: write_json 0600", "gpuperf/files/jobstate.py", "mode: int = 0o600) -> None:", "mode: int = 0o644) -> None:", S + "test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_its_own"),
  ("files: the plan's ACL for the job's user", "gpuperf/prolog/affinityplan.py", "    how = acl.grant_read(tmp, uid)\n", "    how = \"owner\"\n", S + "test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_its_own"),
 ]
-only = sys.argv[1:]
-rows = []
-for name, f, old, new, test in M:
-    if only and not any(o in name for o in only):
-        continue
-    p = Path(f)
-    orig = p.read_text()
-    n = orig.count(old)
-    if n != 1:
-        rows.append((name, test, f"MUTATION NOT APPLIED ({n} matches)"))
-        continue
-    p.write_text(orig.replace(old, new))
+
+
+# a pytest plugin in the mutant's directory: which gpuperf the test imported, and how each test ended
+PROBE = r"""
+import json, os, sys
+
+_ended = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.failed or report.when == "call":
+        _ended.setdefault(report.nodeid, []).append(f"{report.when}:{report.outcome}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    mods = {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())
+            if n == "gpuperf" or n.startswith("gpuperf.")}
+    with open(os.environ["GPUPERF_MUTANT_PROBE"], "w") as f:
+        json.dump({"modules": mods, "ended": _ended, "executable": sys.executable}, f)
+"""
+
+
+@dataclass
+class Outcome:
+    """How a mutation's test ended: exit status (None: it hung past the bound), what the probe saw."""
+
+    name: str
+    test: str
+    work: Path
+    rc: int | None = None
+    modules: dict = field(default_factory=dict)
+    ended: dict = field(default_factory=dict)
+    executable: str = ""
+    tail: str = ""
+    seconds: float = 0.0
+
+    @property
+    def test_failed(self) -> bool:
+        """The named test itself failed (or hung): not a collection error, not another test."""
+        if self.rc is None:
+            return True
+        return self.rc == 1 and any(":failed" in e for t, ends in self.ended.items()
+                                    if t == self.test or t.startswith(self.test + "[") for e in ends)
+
+    def foreign_modules(self) -> list[str]:
+        """gpuperf modules the test imported from anywhere but the mutant's copy."""
+        root = str(self.work / "gpuperf") + os.sep
+        return sorted(n for n, f in self.modules.items() if f and not f.startswith(root))
+
+    def summary(self) -> str:
+        if self.rc is None:
+            return f"fails: hangs past {TIMEOUT_S} s (good)"
+        return "fails (good)" if self.test_failed else f"PASSES (guard untested; exit {self.rc})"
+
+
+def mutant(work: Path, path: str, old: str, new: str, repo: Path = REPO) -> None:
+    """A copy of ``repo``'s package in ``work`` with ``old`` replaced by ``new`` in ``path`` (once, exactly)."""
+    shutil.copytree(repo / "gpuperf", work / "gpuperf", ignore=shutil.ignore_patterns("__pycache__"))
+    p = work / path
+    text = p.read_text()
+    if text.count(old) != 1:
+        raise ValueError(f"{path}: the guard's text occurs {text.count(old)} times, not once")
+    p.write_text(text.replace(old, new))
+    (work / "mutant_probe.py").write_text(PROBE)
+
+
+def run(mutation: tuple[str, str, str, str, str], work: Path, repo: Path = REPO, timeout: float = TIMEOUT_S) -> Outcome:
+    """Apply one mutation in ``work`` and run its test there (the test's file read from ``repo``)."""
+    name, path, old, new, test = mutation
+    work.mkdir(parents=True, exist_ok=True)
+    mutant(work, path, old, new, repo)
+    out = Outcome(name, test, work)
+    env = {**os.environ, "PYTHONPATH": str(work), "GPUPERF_MUTANT_PROBE": str(work / "probe.json"),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    # cwd is the copy: ``python -m`` puts the cwd first on sys.path, ahead of the checkout's editable install
+    t0 = time.monotonic()
+    with open(work / "output.txt", "w+") as log:
+        # hypothesis's plugin costs 1.6 s of every start on a loaded 2-core VM and no guard's test needs it
+        p = subprocess.Popen([PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
+                              "-p", "mutant_probe", str(repo / test)], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        try:
+            out.rc = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            out.rc = None
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)     # and whatever the test started (daemons, floods)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        out.seconds = time.monotonic() - t0
+        log.seek(0)
+        out.tail = log.read()[-3000:]
     try:
-        r = subprocess.run([PY, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], capture_output=True, text=True,
-                           timeout=120, env={**os.environ, "PYTHONPATH": "."})
-        res = "fails (good)" if r.returncode != 0 else "PASSES (guard untested)"
-    except subprocess.TimeoutExpired:
-        res = "fails: hangs past 120 s (good)"
-    finally:
-        p.write_text(orig)
-    rows.append((name, test, res))
-    print(f"{name:48s} {res:28s} {test}", flush=True)
-bad = [r for r in rows if "good" not in r[2]]
-print("\nALL GUARDS TESTED" if not bad else f"\nUNTESTED: {bad}")
-sys.exit(1 if bad else 0)
+        probe = json.loads((work / "probe.json").read_text())
+        out.modules, out.ended, out.executable = probe["modules"], probe["ended"], probe["executable"]
+    except (OSError, ValueError, KeyError):
+        pass
+    return out
+
+
+def run_all(mutations: list, base: Path, workers: int = 2, repo: Path = REPO, progress=None) -> list[Outcome]:
+    """Every mutation, each alone in its own copy, ``workers`` at a time."""
+    def one(i_m):
+        o = run(i_m[1], base / f"m{i_m[0]:02d}", repo)
+        if progress:
+            progress(o)
+        return o
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+        return list(ex.map(one, enumerate(mutations)))
+
+
+def main(only: list[str]) -> int:
+    chosen = [m for m in M if not only or any(o in m[0] for o in only)]
+    with tempfile.TemporaryDirectory(prefix="gpuperf-mutants-") as base:
+        rows = run_all(chosen, Path(base), int(os.environ.get("GPUPERF_MUTATE_WORKERS", "2")),
+                       progress=lambda o: print(f"{o.name:48s} {o.summary():28s} {o.seconds:5.1f} s  {o.test}", flush=True))
+    bad = [(o.name, o.summary(), o.foreign_modules()) for o in rows if not o.test_failed or o.foreign_modules()]
+    print("\nALL GUARDS TESTED" if not bad else f"\nUNTESTED: {bad}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
