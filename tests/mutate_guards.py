@@ -28,6 +28,8 @@ PY = sys.executable
 TIMEOUT_S = 120        # a mutation that makes its test hang fails it too (far above any test's honest time)
 U = "tests/unit/"
 S, H, G = U + "test_security_files.py::", U + "test_hardening.py::", U + "test_safeio_guards.py::"
+US, CB = U + "test_user_socket_bounds.py::", U + "test_collector_bounds.py::"
+MB, HB = U + "test_metrics_bounds.py::", U + "test_hook_socket_bounds.py::"
 M = [
  ("safeio: O_NOFOLLOW on the file's open", "gpuperf/files/safeio.py", "os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY", "os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY", G + "test_a_link_swapped_in_after_the_lstat_is_not_followed"),
  ("safeio: O_NONBLOCK on the file's open", "gpuperf/files/safeio.py", "os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY", "os.O_RDONLY | os.O_NOFOLLOW | os.O_NOCTTY", G + "test_a_fifo_swapped_in_after_the_lstat_does_not_block_the_open"),
@@ -67,6 +69,30 @@ M = [
  ("terminal: cells as Text", "gpuperf/report/terminal.py", "    t.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))", "    t.add_row(*cells)", S + "test_markup_and_terminal_escapes_in_a_users_strings_print_as_text"),
  ("files: write_json 0600", "gpuperf/files/jobstate.py", "mode: int = 0o600) -> None:", "mode: int = 0o644) -> None:", S + "test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_its_own"),
  ("files: the plan's ACL for the job's user", "gpuperf/prolog/affinityplan.py", "    how = acl.grant_read(tmp, uid)\n", "    how = \"owner\"\n", S + "test_a_jobs_files_are_unreadable_by_another_user_and_the_plan_readable_by_its_own"),
+ # --- sockets (docs/SECURITY.md, "Threat model: sockets") ---
+ ("user socket: connection cap", "gpuperf/daemon/usersock.py", "            if len(self.conns) >= MAX_CONNS or self.per_uid(uid) >= MAX_CONNS_PER_UID:", "            if self.per_uid(uid) >= MAX_CONNS_PER_UID:", US + "test_1100_idle_connections_under_the_default_file_limit_neither_abort_nor_hold_descriptors"),
+ ("user socket: per-user cap", "gpuperf/daemon/usersock.py", "            if len(self.conns) >= MAX_CONNS or self.per_uid(uid) >= MAX_CONNS_PER_UID:", "            if len(self.conns) >= MAX_CONNS:", US + "test_one_user_holding_connections_leaves_room_for_another"),
+ ("user socket: a request's limit from its header", "gpuperf/daemon/usersock.py", "framing.PartReader(protocol.MAX_BYTES))", "framing.PartReader(1 << 40))", US + "test_a_part_longer_than_the_request_limit_is_refused_from_its_header"),
+ ("framing: a part's length checked before its bytes", "gpuperf/files/framing.py", "    if n > limit:", "    if False:", US + "test_a_part_longer_than_the_request_limit_is_refused_from_its_header"),
+ ("user socket: each connection's deadline", "gpuperf/daemon/usersock.py", "Conn(conn, uid, now + CONN_DEADLINE_S)", "Conn(conn, uid, now + 1e9)", US + "test_idle_connections_are_dropped_at_their_deadline"),
+ ("user socket: EMFILE pauses accepting", "gpuperf/daemon/usersock.py", "                    self._paused_until = now + ACCEPT_PAUSE_S", "                    pass", US + "test_descriptor_exhaustion_pauses_accepting_instead_of_spinning"),
+ ("user socket: the soft file limit raised", "gpuperf/daemon/channels.py", "            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))\n", "", US + "test_the_soft_file_limit_is_raised_to_the_hard_one_at_start"),
+ ("user socket: unread replies within their budget", "gpuperf/daemon/usersock.py", "        if self.out_bytes + len(data) > OUT_BUDGET:", "        if False:", US + "test_replies_waiting_for_slow_readers_stay_within_the_budget"),
+ ("collector: the kind's length limit", "gpuperf/controller/intake.py", "field(default_factory=lambda: framing.PartReader(transport.KIND_MAX))", "field(default_factory=lambda: framing.PartReader(1 << 31))", CB + "test_a_part_before_authentication_longer_than_its_limit_is_refused_from_its_header"),
+ ("collector: the credential's length limit", "gpuperf/controller/intake.py", "            c.stage, c.reader.limit = _CRED, transport.CRED_MAX", "            c.stage, c.reader.limit = _CRED, 1 << 31", CB + "test_a_part_before_authentication_longer_than_its_limit_is_refused_from_its_header"),
+ ("collector: the credential checked before the body", "gpuperf/controller/intake.py", "c.sender, c.digest = transport.authenticate(transport.KIND, part, self.allowed, self.munge_socket)", "c.sender, c.digest = transport.Sender(0, 0, c.host), part", CB + "test_the_credential_is_checked_before_a_byte_of_the_body_is_read"),
+ ("collector: connection cap", "gpuperf/controller/intake.py", "            if len(self.conns) >= MAX_CONNS or sum(", "            if sum(", CB + "test_connections_beyond_the_cap_are_closed_at_once"),
+ ("collector: per-address cap", "gpuperf/controller/intake.py", " or sum(c.host == host for c in self.conns.values()) >= MAX_CONNS_PER_HOST:", ":", CB + "test_one_address_holds_at_most_its_share_of_connections"),
+ ("collector: the authentication deadline", "gpuperf/controller/intake.py", "            c = Conn(s, host, now + AUTH_DEADLINE_S)", "            c = Conn(s, host, now + 1e9)", CB + "test_a_silent_peer_is_dropped_at_the_authentication_deadline"),
+ ("collector: authenticated senders within the budget", "gpuperf/controller/intake.py", "            if self.reserved + transport.MAX_BODY_BYTES > AUTHED_BUDGET:", "            if False:", CB + "test_authenticated_senders_together_hold_at_most_the_budget_and_the_rest_retry"),
+ ("collector: EMFILE pauses accepting", "gpuperf/controller/intake.py", "                    self._paused_until = now + ACCEPT_PAUSE_S   # the listener would be ready again at once\n                    self.sel.unregister(self.sock)\n", "", CB + "test_descriptor_exhaustion_pauses_accepting_instead_of_spinning"),
+ ("metrics: bound to localhost by default", "gpuperf/files/configschema.py", "\"metrics_address\": Key(str, \"127.0.0.1\",", "\"metrics_address\": Key(str, \"0.0.0.0\",", MB + "test_by_default_metrics_listen_on_localhost_only_and_name_no_job_or_user"),
+ ("metrics: no job or user labels by default", "gpuperf/files/configschema.py", "\"metrics_job_labels\": Key(bool, False,", "\"metrics_job_labels\": Key(bool, True,", MB + "test_by_default_metrics_listen_on_localhost_only_and_name_no_job_or_user"),
+ ("metrics: connection cap", "gpuperf/daemon/metrics.py", "        self.slots = threading.BoundedSemaphore(MAX_CONNS)", "        self.slots = threading.BoundedSemaphore(1 << 20)", MB + "test_a_slow_loris_cannot_grow_the_threads_beyond_the_cap"),
+ ("metrics: read timeout", "gpuperf/daemon/metrics.py", "    timeout = TIMEOUT_S", "    timeout = None", MB + "test_a_silent_connection_is_closed_at_the_read_timeout"),
+ ("metrics: a connection's deadline", "gpuperf/daemon/metrics.py", "            late = [r for r, dl in self.deadlines.items() if dl < now]", "            late = []", MB + "test_a_trickling_connection_is_shut_down_at_its_deadline"),
+ ("hook socket: connection cap", "gpuperf/daemon/hooksock.py", "            if len(self.conns) >= MAX_CONNS:", "            if False:", HB + "test_connections_beyond_the_cap_are_closed_at_once"),
+ ("hook socket: a connection's deadline", "gpuperf/daemon/hooksock.py", "(conn, time.monotonic() + CONN_DEADLINE_S)", "(conn, time.monotonic() + 1e9)", HB + "test_a_silent_connection_is_closed_at_its_deadline"),
 ]
 
 
@@ -78,7 +104,7 @@ _ended = {}
 
 
 def pytest_runtest_logreport(report):
-    if report.failed or report.when == "call":
+    if report.failed or report.skipped or report.when == "call":
         _ended.setdefault(report.nodeid, []).append(f"{report.when}:{report.outcome}")
 
 
@@ -112,6 +138,12 @@ class Outcome:
         return self.rc == 1 and any(":failed" in e for t, ends in self.ended.items()
                                     if t == self.test or t.startswith(self.test + "[") for e in ends)
 
+    @property
+    def skipped(self) -> bool:
+        """The named test was skipped here (it needs what this machine lacks): the guard is not tried."""
+        ends = [e for t, es in self.ended.items() if t == self.test or t.startswith(self.test + "[") for e in es]
+        return self.rc == 0 and bool(ends) and all(e.endswith(":skipped") for e in ends)
+
     def foreign_modules(self) -> list[str]:
         """gpuperf modules the test imported from anywhere but the mutant's copy."""
         root = str(self.work / "gpuperf") + os.sep
@@ -120,6 +152,8 @@ class Outcome:
     def summary(self) -> str:
         if self.rc is None:
             return f"fails: hangs past {TIMEOUT_S} s (good)"
+        if self.skipped:
+            return "its test skipped here (not tried)"
         return "fails (good)" if self.test_failed else f"PASSES (guard untested; exit {self.rc})"
 
 
