@@ -330,6 +330,7 @@ class ParsedPlan:
     ranks: dict[tuple[int, int], RankPlan]
     noop: str | None
     warnings: list[str]
+    cpus: tuple[int, ...] = ()   # the job's CPUs on this node as the prolog found them (its cgroup's); () unknown
 
 
 def _ints(value: str) -> tuple[int, ...]:
@@ -341,7 +342,7 @@ def parse_plan_text(text: str) -> ParsedPlan:
     lines = text.splitlines()
     if not lines or lines[0].strip() != PLAN_HEADER:
         raise ValueError(f"not a gpuperf affinity plan (first line must be {PLAN_HEADER!r})")
-    job_id, noop, warnings, ranks = None, None, [], {}
+    job_id, noop, warnings, ranks, cpus = None, None, [], {}, ()
     for n, line in enumerate(lines[1:], 2):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -353,6 +354,10 @@ def parse_plan_text(text: str) -> ParsedPlan:
         elif line.startswith("job="):
             kv = dict(tok.partition("=")[::2] for tok in line.split())
             job_id = int(kv["job"]) if kv.get("job", "").isdigit() else None
+            try:
+                cpus = _ints(kv.get("cpus", "none"))
+            except ValueError as e:
+                raise ValueError(f"plan line {n}: {e}") from None
         elif line.startswith("tasks="):
             try:
                 kv = dict(tok.partition("=")[::2] for tok in line.split())
@@ -367,7 +372,7 @@ def parse_plan_text(text: str) -> ParsedPlan:
                 raise ValueError(f"plan line {n}: {e}: {line!r}") from None
         else:
             raise ValueError(f"plan line {n}: unknown record: {line!r}")
-    return ParsedPlan(job_id=job_id, ranks=ranks, noop=noop, warnings=warnings)
+    return ParsedPlan(job_id=job_id, ranks=ranks, noop=noop, warnings=warnings, cpus=cpus)
 
 
 # --- the applied record -----------------------------------------------------------------------

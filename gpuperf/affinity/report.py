@@ -10,7 +10,7 @@ applied. This module reads them back for the job model (``model.summary``); ``ap
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from gpuperf.affinity import plan as affinity
 from gpuperf.files import jobstate, safeio
@@ -46,12 +46,17 @@ def _applied_in(d: Path, ignored: safeio.Ignored | None = None) -> list[dict[str
     return sorted(out, key=lambda r: (r.get("step", ""), int(r["rank"])))
 
 
-def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[str, Any] | None:
+def report(job_dir: str | Path, ignored: safeio.Ignored | None = None,
+           node_cpus: Iterable[int] | None = None) -> dict[str, Any] | None:
     """The job's affinity for its report: per rank (latest step) GPU, NUMA node, CPUs, what happened.
 
     ``{"<rank>": {"gpu", "numa", "cpus": [..], "status", "mem", "step"}, "statuses": {status: n},
     "warnings": [..], "noop": str|None, "cpus_source": str}``; before any task ran, the ranks are the
     prolog's plan for one rank per GPU (status "planned"). None when the prolog left nothing.
+
+    A task's ``cpus=`` (its user writes it) is cut to the job's CPUs as the plan recorded them (the
+    prolog took them from the job's cgroup, within the node's) and to ``node_cpus`` (the node's online
+    CPUs) where given: CPUs outside are dropped and the record named in ``ignored``.
     """
     d = Path(job_dir)
     ignored = ignored if ignored is not None else safeio.Ignored()
@@ -64,6 +69,7 @@ def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[s
         return None
     out: dict[str, Any] = dict(planned or {})
     records = _applied_in(d / APPLIED_DIR, ignored)
+    allowed = _allowed(parsed.cpus if parsed is not None else (), node_cpus)
     if records:
         out = {k: v for k, v in out.items() if not k.isdigit()}  # what tasks applied replaces the plan
         # the latest step of each rank; the batch step counts only where no srun step ran
@@ -74,7 +80,7 @@ def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[s
         for r in sorted(records, key=order):
             out[r.get("rank", "0")] = {
                 "gpu": r.get("gpus"), "numa": r.get("numa"), "status": r.get("status"), "mem": r.get("mem"),
-                "step": r.get("step"), "cpus": _cpus(r, ignored),
+                "step": r.get("step"), "cpus": _cpus(r, ignored, allowed),
             }
         counts: dict[str, int] = {}
         for r in records:
@@ -85,12 +91,30 @@ def report(job_dir: str | Path, ignored: safeio.Ignored | None = None) -> dict[s
     return out
 
 
-def _cpus(rec: dict[str, str], ignored: safeio.Ignored | None) -> list[int]:
-    """A task's ``cpus=`` as ids; a list that is not one (or names a CPU no node has) is refused and said."""
+def _allowed(job: Iterable[int], node: Iterable[int] | None) -> set[int] | None:
+    """The CPUs a task of the job may name: the job's (the plan's) within the node's; None when neither is known."""
+    job_set, node_set = set(job), set(node) if node is not None else None
+    if job_set and node_set:
+        return job_set & node_set
+    return job_set or node_set or None
+
+
+def _cpus(rec: dict[str, str], ignored: safeio.Ignored | None, allowed: set[int] | None = None) -> list[int]:
+    """A task's ``cpus=`` as ids within ``allowed``; a list that is not one (or names a CPU no node has) is
+    refused, CPUs outside ``allowed`` (the job's allocation on this node) dropped: either is said."""
     text = rec.get("cpus")
+    name = f"{APPLIED_DIR}/{rec.get('step', '')}.{rec.get('rank', '')}"
     try:
-        return affinity.parse_cpu_list(text) if text and text != "none" else []
+        cpus = affinity.parse_cpu_list(text) if text and text != "none" else []
     except ValueError as e:
         if ignored is not None:
-            ignored.add(f"{APPLIED_DIR}/{rec.get('step', '')}.{rec.get('rank', '')}", f"cpus: {str(e)[:80]}")
+            ignored.add(name, f"cpus: {str(e)[:80]}")
         return []
+    if allowed is None:
+        return cpus
+    kept = [c for c in cpus if c in allowed]
+    if len(kept) < len(cpus) and ignored is not None:
+        outside = affinity.format_cpu_list(c for c in cpus if c not in allowed)
+        ignored.add(name, f"cpus: claims CPUs outside the job's allocation {affinity.format_cpu_list(allowed)[:40]}: "
+                          f"{outside[:40]} dropped")
+    return kept

@@ -18,8 +18,9 @@ from gpuperf.files import jobstate, log
 
 
 def node_links(cfg: Any) -> dict[str, Any]:
-    """``gpu_links`` ({index: {"gen", "width"}}), ``gpudirect_rdma`` and ``gpudirect_storage`` from the node's topology (the daemon's
-    health checks keep it fresh); {} where it cannot be read: the summary then uses the GPU model's link."""
+    """``gpu_links`` ({index: {"gen", "width"}}), ``gpudirect_rdma``, ``gpudirect_storage`` and ``cpus_online`` (the
+    CPUs a task's affinity record may name) from the node's topology (the daemon's health checks keep it fresh);
+    {} where it cannot be read: the summary then uses the GPU model's link and the job's CPUs as the plan has them."""
     try:
         from gpuperf import topology
 
@@ -27,7 +28,8 @@ def node_links(cfg: Any) -> dict[str, Any]:
         links = {str(g["index"]): {"gen": (g.get("pcie") or {}).get("gen"), "width": (g.get("pcie") or {}).get("width")}
                  for g in topo.get("gpus") or [] if isinstance(g, dict) and "index" in g}
         return {"gpu_links": links, "gpudirect_rdma": (topo.get("gdr") or {}).get("loaded"),
-                "gpudirect_storage": (topo.get("gds") or {}).get("loaded")}
+                "gpudirect_storage": (topo.get("gds") or {}).get("loaded"),
+                "cpus_online": list((topo.get("cpus") or {}).get("online") or [])}
     except Exception as e:  # noqa: BLE001 - the node's topology is evidence, never a reason to lose the summary
         log.get("daemon").warning("summary without the node's PCIe links: %s: %s", type(e).__name__, e)
         return {}

@@ -185,11 +185,12 @@ def env_view(raw: Any) -> dict | None:
     return out
 
 
-def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = None
-                   ) -> tuple[dict | None, dict | None]:
+def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = None,
+                   node_cpus: list[int] | None = None) -> tuple[dict | None, dict | None]:
     """The env and affinity the prolog/TaskProlog recorded in the job's state dir (None when absent).
 
-    The job's user writes part of that dir: what its readers refused is added to ``ignored``."""
+    The job's user writes part of that dir: what its readers refused is added to ``ignored``; the CPUs
+    its tasks say they ran on are cut to the job's and the node's (``node_cpus``, where known)."""
     if not job_dir:
         return None, None
     d = Path(job_dir)
@@ -205,7 +206,7 @@ def read_job_files(job_dir: str | Path | None, ignored: safeio.Ignored | None = 
         # the affinity part's own reader: what the tasks applied, else the prolog's plan
         from gpuperf.affinity.report import report as affinity_report
 
-        affinity = affinity_report(d, ignored)
+        affinity = affinity_report(d, ignored, node_cpus)
     except Exception:  # noqa: BLE001 - a missing or failing reader must not cost the summary
         affinity = jobstate.read_json(d / "affinity.json")  # not user-writable: root's file in root's dir
     return env, affinity
@@ -217,7 +218,8 @@ def node_part(aggregates: dict, context: dict) -> dict:
     context: job_id, user, uid, node, job_dir (env/affinity files), env, affinity, gpu_names
     ({"0": "NVIDIA H100 80GB HBM3"}) for GPUs the aggregates do not name, gpu_links ({"0": {"gen": 5,
     "width": 16}}: each GPU's PCIe link from the node's topology), gpudirect_rdma and gpudirect_storage
-    (whether the node's GPUDirect RDMA module, nvidia_peermem, and GPUDirect Storage's, nvidia_fs, are loaded).
+    (whether the node's GPUDirect RDMA module, nvidia_peermem, and GPUDirect Storage's, nvidia_fs, are loaded),
+    cpus_online (the node's online CPU ids: what a task's affinity record may name, with the job's allocation).
     """
     node = str(context.get("node") or aggregates.get("node") or "")
     gpus = [_gpu_summary(node, i, g) for i, g in sorted((aggregates.get("gpus") or {}).items(), key=lambda kv: int(kv[0]))]
@@ -232,7 +234,9 @@ def node_part(aggregates: dict, context: dict) -> dict:
         if not g["name"] and names.get(str(g["gpu"])):
             g["name"] = names[str(g["gpu"])]
     ignored = safeio.Ignored()
-    env, affinity = read_job_files(context.get("job_dir"), ignored)
+    cpus = context.get("cpus_online")
+    env, affinity = read_job_files(context.get("job_dir"), ignored,
+                                   [c for c in cpus if isinstance(c, int)] if isinstance(cpus, list) and cpus else None)
     env = context.get("env", env)
     affinity = context.get("affinity", affinity)
     # a running job has no end yet: its summary runs to the last sample

@@ -216,7 +216,8 @@ def test_the_daemon_hands_the_summary_each_gpus_link_and_gpudirect_from_the_node
 
     root = Path(__file__).resolve().parents[1] / "data" / "nodes"
     links = node_links(NS(general=NS(node_root=str(root / "h100-vm"))))
-    assert links == {"gpu_links": {"0": {"gen": 5, "width": 16}}, "gpudirect_rdma": False, "gpudirect_storage": False}
+    assert links == {"gpu_links": {"0": {"gen": 5, "width": 16}}, "gpudirect_rdma": False, "gpudirect_storage": False,
+                     "cpus_online": list(range(16))}
     a = aggregates(ngpus=1, **{**QUIET, "util_gpu_pct": 73.0, "sm_active_pct": 0.2, "tensor_active_pct": 0.0,
                                "dram_active_pct": 2.0, "pcie_rx_bps": 12e9})
     s = summary.node_summary(a, context(gpu_links={"0": {"gen": 4, "width": 8}}, gpudirect_rdma=True))

@@ -1,7 +1,8 @@
 """Fuzzing the decoders of what a local user or a network peer sends (hypothesis): the daemon's request
 parser, the framing both sockets read with, the daemon's user-socket listener, and the controller's
-decoding of node summaries and its TCP intake. Each example must end in bounded time and memory, and
-nothing but the decoder's own refusal may escape the boundary that must survive.
+decoding of node summaries and its TCP intake. Each example must end in bounded time and memory (wall time
+and tracemalloc's allocation peak, checked per example: ``bounded``, ``limited``), and nothing but the
+decoder's own refusal may escape the boundary that must survive.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import struct
 import time
 import tracemalloc
 import zlib
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -40,6 +42,27 @@ def bounded(fn, *args, seconds: float = 1.0, mib: float = 16.0):
     assert took < seconds, f"{took:.2f} s"
     assert peak < mib, f"{peak:.1f} MiB"
     return out, err
+
+
+# a socket example's bounds: generous for a loaded 2-core CI VM (tracemalloc slows every allocation too; on a
+# 2-core dev VM an example took at most 0.5 ms and 3 KiB, the intake's 50 ms and 0.3 MiB), yet far below what
+# a reader that waited on its peer or buffered a claimed length would take
+EXAMPLE_S = 1.0
+EXAMPLE_MIB = 32.0
+
+
+@contextmanager
+def limited(seconds: float = EXAMPLE_S, mib: float = EXAMPLE_MIB):
+    """The example's body: under ``seconds`` of wall time and ``mib`` of allocation peak (tracemalloc)."""
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        yield
+        took, peak = time.monotonic() - t0, tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert took < seconds, f"the example took {took:.2f} s (bound {seconds} s)"
+    assert peak < mib, f"the example allocated {peak:.1f} MiB at its peak (bound {mib} MiB)"
 
 
 # JSON-ish values: what a hostile request may hold where the daemon expects fields
@@ -80,22 +103,23 @@ def test_the_daemons_request_parser_refuses_with_its_own_error_only(frame):
 def test_the_part_reader_holds_at_most_its_limit(data, limit):
     a, b = socket.socketpair()
     try:
-        a.sendall(data)
-        a.close()
-        b.setblocking(False)
-        r = framing.PartReader(limit)
-        parts = []
-        for _ in range(len(data) + 2):
-            try:
-                part = r.read(b)
-            except (framing.FrameError, framing.Closed, BlockingIOError):
-                break
-            assert r.buffered <= max(limit, framing.HEADER.size)
-            if part is not None:
-                assert len(part) <= limit
-                parts.append(part)
-        # what was read whole is what was framed
-        assert framing.encode(*parts) == data[:len(framing.encode(*parts))]
+        with limited():
+            a.sendall(data)
+            a.close()
+            b.setblocking(False)
+            r = framing.PartReader(limit)
+            parts = []
+            for _ in range(len(data) + 2):
+                try:
+                    part = r.read(b)
+                except (framing.FrameError, framing.Closed, BlockingIOError):
+                    break
+                assert r.buffered <= max(limit, framing.HEADER.size)
+                if part is not None:
+                    assert len(part) <= limit
+                    parts.append(part)
+            # what was read whole is what was framed
+            assert framing.encode(*parts) == data[:len(framing.encode(*parts))]
     finally:
         b.close()
 
@@ -110,25 +134,26 @@ def listener(tmp_path_factory):
 @SMALL
 @given(st.lists(st.binary(min_size=1, max_size=3000), min_size=1, max_size=4))
 def test_the_user_socket_listener_survives_any_byte_stream(listener, chunks):
-    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    c.connect(listener.path)
-    listener.ready(listener.sock.fileno())
-    for chunk in chunks:
-        try:
-            c.sendall(chunk)
-        except OSError:
-            break
+    with limited():
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(listener.path)
+        listener.ready(listener.sock.fileno())
+        for chunk in chunks:
+            try:
+                c.sendall(chunk)
+            except OSError:
+                break
+            for fd in list(listener.conns):
+                got = listener.ready(fd)           # must not raise, whatever arrived
+                if got is not None:
+                    conn, frame = got
+                    assert frame is None or len(frame) <= protocol.MAX_BYTES
+                    listener.reply(conn, protocol.encode(protocol.error("fuzz")))
+        c.close()
         for fd in list(listener.conns):
-            got = listener.ready(fd)           # must not raise, whatever arrived
-            if got is not None:
-                conn, frame = got
-                assert frame is None or len(frame) <= protocol.MAX_BYTES
-                listener.reply(conn, protocol.encode(protocol.error("fuzz")))
-    c.close()
-    for fd in list(listener.conns):
-        listener.ready(fd)
-    listener.expire(time.monotonic() + usersock.CONN_DEADLINE_S + 1)
-    assert listener.conns == {} and listener.out_bytes == 0
+            listener.ready(fd)
+        listener.expire(time.monotonic() + usersock.CONN_DEADLINE_S + 1)
+        assert listener.conns == {} and listener.out_bytes == 0
 
 
 def _body(obj) -> bytes:
@@ -184,19 +209,20 @@ def tcp_intake():
 @SMALL
 @given(st.lists(st.binary(min_size=1, max_size=3000), min_size=1, max_size=4), st.booleans())
 def test_the_controllers_intake_survives_any_byte_stream(tcp_intake, chunks, lead_kind):
-    port = tcp_intake.sock.getsockname()[1]
-    c = socket.create_connection(("127.0.0.1", port), timeout=2)
-    if lead_kind:   # past the kind, into the credential
-        chunks = [struct.pack(">I", len(transport.KIND)) + transport.KIND] + chunks
-    for chunk in chunks:
-        try:
-            c.sendall(chunk)
-        except OSError:
-            break
-        for m in tcp_intake.poll(0.05):   # must not raise; a message can only come from munge-valid credentials
-            raise AssertionError(f"a message from random bytes: {m}")
-    c.close()
-    end = time.monotonic() + 3
-    while tcp_intake.conns and time.monotonic() < end:
-        assert tcp_intake.poll(0.05) == []
-    assert tcp_intake.conns == {} and tcp_intake.reserved == 0
+    with limited(seconds=2.0):   # polls of 50 ms, and munged may decode a credential
+        port = tcp_intake.sock.getsockname()[1]
+        c = socket.create_connection(("127.0.0.1", port), timeout=2)
+        if lead_kind:   # past the kind, into the credential
+            chunks = [struct.pack(">I", len(transport.KIND)) + transport.KIND] + chunks
+        for chunk in chunks:
+            try:
+                c.sendall(chunk)
+            except OSError:
+                break
+            for m in tcp_intake.poll(0.05):   # must not raise; a message can only come from munge-valid credentials
+                raise AssertionError(f"a message from random bytes: {m}")
+        c.close()
+        end = time.monotonic() + 3
+        while tcp_intake.conns and time.monotonic() < end:
+            assert tcp_intake.poll(0.05) == []
+        assert tcp_intake.conns == {} and tcp_intake.reserved == 0

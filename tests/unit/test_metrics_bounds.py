@@ -38,6 +38,10 @@ def test_by_default_metrics_listen_on_localhost_only_and_name_no_job_or_user(bas
         assert r.call("register", {"job_id": 80, "uid": 0, "user": "alice", "gpus": [1]})["ok"]
         wait_for(lambda: r.d.stats["sweeps"] > 2)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        # another loopback address reaches a socket bound to every address, never one bound to 127.0.0.1
+        # (so this holds on a host with no other address too)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.2", port), timeout=2).close()
         other = _other_address()
         if other is not None:
             with pytest.raises(OSError):

@@ -122,7 +122,8 @@ def _aggs(job_id: int) -> dict:
     return dict(aggregates(ngpus=1, seconds=60.0), job_id=job_id, node="n1")
 
 
-def _delivered(tmp_path, jobs: list[int], setup=None) -> tuple[config.Config, dict[int, dict]]:
+def _delivered(tmp_path, jobs: list[int], setup=None, context: dict | None = None
+               ) -> tuple[config.Config, dict[int, dict]]:
     """Run the daemon's delivery thread over ``jobs`` replayed from its outbox (as after a restart)."""
     import logging
     import threading
@@ -133,7 +134,8 @@ def _delivered(tmp_path, jobs: list[int], setup=None) -> tuple[config.Config, di
     cfg.data["general"].update(run_dir=str(tmp_path / "run"), state_dir=str(tmp_path / "state"), log_file="")
     for j in jobs:
         (tmp_path / "run" / "jobs" / str(j)).mkdir(parents=True)
-        deliver.write_outbox(cfg.general.state_dir, _aggs(j), {"job_dir": str(tmp_path / "run" / "jobs" / str(j))})
+        deliver.write_outbox(cfg.general.state_dir, _aggs(j),
+                             {**(context or {}), "job_dir": str(tmp_path / "run" / "jobs" / str(j))})
         if setup:
             setup(j, tmp_path / "run" / "jobs" / str(j))
     d = workers.Deliveries(cfg, logging.getLogger("test"), send=False)
@@ -168,6 +170,48 @@ def test_a_hostile_cpus_record_marks_its_jobs_summary_partial_and_every_job_is_d
     assert got[1]["affinity"]["n1"]["0"]["cpus"] == []
     assert not got[2]["quality"].get("ignored") and not got[2]["quality"]["partial"]
     assert not list((tmp_path / "state" / "outbox").iterdir())      # nothing left to replay
+
+
+def test_a_record_claiming_every_cpu_reports_only_the_jobs_allocation_and_says_so(tmp_path):
+    def plant(job: int, jdir: Path) -> None:
+        # the prolog's plan (root's): job 1 holds CPUs 0-3 of the node, from its cgroup; job 2's plan is a
+        # no-op (no GPUs: the prolog never looked at its CPUs), so the node's CPUs bound its records
+        alloc = aff.Allocation(gpus=(0,), cpus=(0, 1, 2, 3) if job == 1 else (), cpus_source="cgroup")
+        (jdir / "affinity.plan").write_text(aff.plan_text(job, alloc, [] if job == 1 else
+                                                          [aff.AffinityPlan(tasks=1, noop="no GPUs")]))
+        (jdir / "affinity.json").write_text('{"cpus_source": "cgroup"}')
+        (jdir / "applied").mkdir()
+        (jdir / "applied" / "0.0").write_text(aff.applied_line(
+            {"job": job, "step": "0", "rank": 0, "status": "ok", "gpus": "0", "cpus": "0-16383"}))
+
+    _, got = _delivered(tmp_path, [1, 2], plant, context={"cpus_online": list(range(8))})   # an 8-CPU node
+    assert got[1]["affinity"]["n1"]["0"]["cpus"] == [0, 1, 2, 3]
+    q = got[1]["quality"]
+    assert q["partial"] and any("applied/0.0: cpus: claims CPUs outside the job's allocation 0-3: 4-16383" in r
+                                for r in q["ignored"]), q
+    assert got[2]["affinity"]["n1"]["0"]["cpus"] == list(range(8)) and got[2]["quality"]["partial"]
+
+
+def test_a_tasks_cpus_are_cut_to_the_nodes_where_the_plan_names_none(tmp_path):
+    from gpuperf.affinity import report as aff_report
+    from gpuperf.files import safeio
+
+    (tmp_path / "affinity.plan").write_text(aff.plan_text(5, aff.Allocation(gpus=(), cpus=(), cpus_source="none"),
+                                                          [aff.AffinityPlan(tasks=1, noop="no GPUs")]))
+    (tmp_path / "applied").mkdir()
+    (tmp_path / "applied" / "0.0").write_text(aff.applied_line({"step": "0", "rank": 0, "status": "noop", "cpus": "2-9"}))
+    ignored = safeio.Ignored()
+    assert aff_report.report(tmp_path, ignored, node_cpus=range(8))["0"]["cpus"] == [2, 3, 4, 5, 6, 7]
+    assert any("outside the job's allocation 0-7: 8-9 dropped" in r for r in ignored.reasons)
+    # within the job's CPUs: nothing said
+    ignored = safeio.Ignored()
+    (tmp_path / "applied" / "0.0").write_text(aff.applied_line({"step": "0", "rank": 0, "status": "ok", "cpus": "2-5"}))
+    assert aff_report.report(tmp_path, ignored, node_cpus=range(8))["0"]["cpus"] == [2, 3, 4, 5]
+    assert ignored.reasons == []
+    # a plan naming CPUs the node no longer has online: the node's bound still holds
+    (tmp_path / "affinity.plan").write_text(aff.plan_text(5, aff.Allocation(gpus=(0,), cpus=tuple(range(12))), []))
+    (tmp_path / "applied" / "0.0").write_text(aff.applied_line({"step": "0", "rank": 0, "status": "ok", "cpus": "0-99"}))
+    assert aff_report.report(tmp_path, safeio.Ignored(), node_cpus=range(8))["0"]["cpus"] == list(range(8))
 
 
 def test_a_delivery_that_raises_is_set_aside_and_the_next_job_is_delivered(tmp_path, monkeypatch):
