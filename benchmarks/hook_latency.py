@@ -157,7 +157,12 @@ def main() -> int:
             full_cfg = dd.base / "full-path.toml"
             full_cfg.write_text(dd.cfg_path.read_text().replace("[daemon]", "[daemon]\nprolog_fast_path = false", 1))
             configs[which] = {"prolog": dd.cfg_path, "prolog-full": full_cfg}
-        task_env = prepare(tmp, str(ROOT / "tests/data/nodes/hgx-h100-2s"))
+        # one config (and so one config cache beside it) per checkout: hooks of two versions sharing a config
+        # would each find the other's cache key and parse the TOML on every run
+        task_envs = {}
+        for which in daemons:
+            (tmp / (which or "current")).mkdir()
+            task_envs[which] = prepare(tmp / (which or "current"), str(ROOT / "tests/data/nodes/hgx-h100-2s"))
         rows: dict[str, tuple[list[str], str]] = {
             "bare": ([py, "-c", "pass"], ""),
             "fast": ([str(BIN / "gpuperf-prolog")], "prolog"),
@@ -181,7 +186,7 @@ def main() -> int:
                 base = args.baseline if "baseline" in label else None
                 dd = daemons["baseline" if base else ""]
                 if kind == "task":
-                    env = dict(task_env)
+                    env = dict(task_envs["baseline" if base else ""])
                 elif kind:
                     job += 1
                     env = prolog_env(configs["baseline" if base else ""][kind], job)
