@@ -20,6 +20,10 @@ fi
 if [ ! -x "$prefix/venv/bin/python" ]; then
   /usr/bin/python3 -m venv "$prefix/venv"
 fi
+# a venv the .deb or RPM made has no pip (tests/run.sh installs the .deb before a demo may run): bootstrap it
+if [ ! -x "$prefix/venv/bin/pip" ]; then
+  "$prefix/venv/bin/python" -m ensurepip --default-pip >/dev/null
+fi
 # Editable when job users can read the checkout (dev machines), a copy otherwise (/root is 0700).
 mode=(); d=$here; readable=1
 while [ "$d" != "/" ]; do
