@@ -96,7 +96,7 @@ the unauthenticated flood below 64 MiB (here {next((r['procs']['controller']['rs
 a scrape answered after the slow loris; every job (ordinary and hostile) COMPLETED, final in the controller's
 queue and its AdminComment in sacct ({len(jobs)}/{len(jobs)}). Over the whole module (hostile files and floods)
 the cgroups' peaks: {mib(fig.get('module_cgroup_peak_mib'))} MiB; OOM kills: {mib(fig.get('module_oom_kills'))}.
-At the end the services were stopped and {'the cgroups removed' if td.get('cgroups_removed') else f'NOT all cleaned up: {td}'}.
+At the end the services were stopped and {'the cgroups removed' if td.get('cgroups_removed') else 'no cgroup made' if fig.get('no_cgroup') and not td.get('cgroups_left') else f'NOT all cleaned up: {td}'}.
 Floods and deliveries took {fig.get('floods_and_deliveries_s')} s of the run.
 """
 
