@@ -23,11 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOODS = {
     "user-parts": lambda r: (f"finding 5, as the job's user at `user.sock`: ZMTP frames all flagged MORE and parts "
                              f"claiming 1 GiB; {r['offered_mib']} MiB offered, {r['claimed_mib']} MiB claimed, "
-                             f"{r['accepted_mib']} MiB taken"),
+                             f"{r['accepted_mib']} MiB taken; each claim answered `{r['answer']}`"),
     "user-conns": lambda r: f"finding 6: {r['connections']:,} idle connections to `user.sock` from {r['users']} users, held 3 s",
     "ctl-flood": lambda r: (f"finding 7, an unauthenticated peer at the collector: {r['idle_connections']} idle connections "
-                            f"from 10 addresses, ZMTP MORE floods, kind and credential parts claiming 1 GiB; "
-                            f"{r['offered_mib']:,} MiB offered, {r['claimed_mib']:,} MiB claimed, {r['accepted_mib']} MiB taken"),
+                            f"from 10 addresses held 1 s (past the 256 cap), then ZMTP MORE floods, kind and credential "
+                            f"parts claiming 1 GiB; {r['offered_mib']:,} MiB offered, {r['claimed_mib']:,} MiB claimed, "
+                            f"{r['accepted_mib']} MiB taken (read and dropped); {r['answered']} claims answered "
+                            f"(`{r['answer']}`)"),
     "metrics-loris": lambda r: (f"finding 8: {r['connections']:,} slow-loris connections to /metrics, a byte a second, "
                                 f"5 s; a scrape after: {r['scrape_after']}"),
 }

@@ -255,11 +255,12 @@ def _floods(s: Services) -> dict[str, tuple[str, Callable[[], dict]]]:
             usock, more_conns=2, more_bytes=192 << 20, huge_conns=2, huge_claim=1 << 30, huge_bytes=192 << 20))),
         # 1,100 idle connections (past the starting soft file limit; 64 served) from 25 users, held 3 s
         "user-conns": ("daemon", lambda: held_connections(usock, range(62000, 62025), 44, 3.0)),
-        # an unauthenticated peer: 300 idle connections from 10 addresses (past the 256 cap), 2 x 192 MiB ZMTP MORE,
-        # 2 kind parts and 2 credential parts (after a valid kind) claiming 1 GiB each, 192 MiB streamed behind each
+        # an unauthenticated peer: 300 idle connections from 10 addresses (past the 256 cap) held 1 s, then (so that
+        # they reach the part reader, not the cap) 2 x 192 MiB ZMTP MORE, 2 kind parts and 2 credential parts (after
+        # a valid kind) claiming 1 GiB each, 192 MiB streamed behind each
         "ctl-flood": ("controller", lambda: collector_flood(
             "127.0.0.1", port, idle=300, idle_hosts=10, more_conns=2, more_bytes=192 << 20, huge_conns=2,
-            huge_claim=1 << 30, huge_bytes=192 << 20, huge_after_kind=2, kind=transport.KIND)),
+            huge_claim=1 << 30, huge_bytes=192 << 20, huge_after_kind=2, kind=transport.KIND, idle_hold_s=1.0)),
         # 1,100 slow-loris connections to /metrics (past the starting soft file limit; 8 served), a byte a second, 5 s
         "metrics-loris": ("daemon", lambda: metrics_loris("127.0.0.1", c.layout.metrics_port, seconds=5.0,
                                                           total=1100, at_once=1100)),
@@ -328,8 +329,11 @@ def test_socket_floods_under_the_units_memory_limits_while_hostile_and_ordinary_
             assert 0 < pr["vmhwm_mib"] < pr["limit_mib"] and pr["rss_peak_mib"] < pr["limit_mib"], (name, k, pr)
             assert pr["cgroup_peak_mib"] is None or pr["cgroup_peak_mib"] < pr["limit_mib"], (name, k, pr)
     s.floods["phases"] = rows
+    parts = next(r for r in rows if r["phase"] == "user-parts")     # the user's floods reached the daemon's reader
+    assert parts["connections"] == 4 and parts["answered"] == 2 and "exceeds" in parts["answer"], parts
     ctl = next(r for r in rows if r["phase"] == "ctl-flood")
     assert ctl["claimed_mib"] > LIMIT["controller"] >> 20 and ctl["offered_mib"] > CTL_GROWTH_BOUND_MIB
+    assert ctl["idle_connections"] == 300 and ctl["answered"] == 4, ctl    # each claim refused with a reply
     assert ctl["procs"]["controller"]["rss_growth_mib"] < CTL_GROWTH_BOUND_MIB, ctl
     assert next(r for r in rows if r["phase"] == "metrics-loris")["scrape_after"] == "ok"
     # every job delivered: the controller wrote each one's AdminComment
