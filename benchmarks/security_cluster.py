@@ -38,7 +38,7 @@ FLOODS = {
 def _proc(p: dict) -> str:
     cg = f"{p['cgroup_peak_mib']} / {p['limit_mib']}" if p["cgroup_peak_mib"] is not None else f"- / {p['limit_mib']}"
     alive = "yes" if p["alive"] and p["same_pid"] else f"**no** (exit {p['exit']})"
-    return (f"{p['rss_before_mib']} → {p['rss_peak_mib']} ({p['rss_growth_mib']:+}) | {p['vmhwm_mib']} | {cg} | "
+    return (f"{p['rss_before_mib']} → {p['rss_peak_mib']} ({p['rss_growth_mib'] + 0.0:+.1f}) | {p['vmhwm_mib']} | {cg} | "
             f"{p['oom_kills'] if p['oom_kills'] is not None else '-'} | {p['peak_fds']} / {p['peak_threads']} | {alive}")
 
 
