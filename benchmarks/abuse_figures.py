@@ -24,7 +24,7 @@ def render(fig: dict, header: str) -> str:
     """The page from the suite's figures, one row per case."""
     rows = []
     for case, f in sorted(fig.items()):
-        notes = ", ".join(f"{k}={v}" for k, v in sorted(f.items()) if k not in MAIN)
+        notes = ", ".join(f"{k}={round(v, 3) if isinstance(v, float) else v}" for k, v in sorted(f.items()) if k not in MAIN)
         rows.append(f"| {case} | {f['epilog_s']:.2f} | {f['epilog_maxrss_kib'] / 1024:.1f} | "
                     f"{f['daemon_vmhwm_kib'] / 1024:.1f} | {len(f.get('ignored') or [])} | {notes} |")
     return f"""<!-- rendered by benchmarks/abuse_figures.py: do not edit the numbers -->
@@ -33,11 +33,13 @@ def render(fig: dict, header: str) -> str:
 {header}
 
 `tests/integration/test_abuse_slurm.py` on the real single-node test cluster: jobs as the ordinary user,
-the real node daemon up (replay backend), `[watchdog] epilog_s = 30`, no controller service in this suite
-(the epilog's node summary send times out: an honest job's epilog pays the same). The user socket is the
-plain framed Unix socket (issue 28): `user-socket-flood` is a job sending framed requests on a fresh
-connection each, as fast as one process can, for 6 s. Bound asserted for every root process: 150 MiB
-peak RSS (the epilog's `maxrss_kib`, the daemon's VmHWM); the epilog within 30 s; the node never drained.
+the real node daemon up (replay backend), `[watchdog] epilog_s = 30`, no controller service in this suite.
+"epilog s" and its peak RSS are the Epilog hook's own (`epilog.json`: it asks the daemon to finalise the job;
+the daemon reads the job's files, builds the summary and queues its delivery after answering). The user
+socket is the plain framed Unix socket (issue 28): `user-socket-flood` is a job sending framed requests on a
+fresh connection each, as fast as one process can, for 6 s (refused: the per-uid rate limit's answers).
+Bound asserted for every root process: 150 MiB peak RSS (the epilog's `maxrss_kib`, the daemon's VmHWM);
+the epilog within 30 s; the node never drained; a root job's files unchanged and absent from the summary.
 
 | case | epilog s | epilog peak RSS MiB | daemon VmHWM MiB | refusals in the summary | notes |
 |---|---|---|---|---|---|
