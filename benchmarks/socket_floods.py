@@ -17,6 +17,9 @@ controller's store):
 
 Reported per phase: the process's peak RSS (VmHWM) and its cgroup's peak, its growth over the phase,
 whether it survived (not OOM-killed nor aborted), its peak descriptors and threads, jobs delivered.
+The floods are ``tests/unit/floods.py``'s, the cgroups and limits ``tests/cluster/unitlimits.py``'s (read
+from the unit files): tests/integration/test_hostile_files_slurm.py runs the same floods, smaller, on the
+Slurm test cluster while jobs run (benchmarks/results/security_cluster.md).
 
     sudo python3 benchmarks/socket_floods.py [--tree DIR] [--out FILE]
 
@@ -33,7 +36,6 @@ import resource
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -45,11 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
-from floods import Holders, zmtp_more_flood  # noqa: E402
+from cluster.unitlimits import Cgroup, Watch, proc_status, unit_memory_max  # noqa: E402
+from floods import collector_flood, held_connections, metrics_loris, user_socket_flood  # noqa: E402
 
 RECORDING = ROOT / "tests" / "data" / "recordings" / "matmul_bf16-h100-80gb-hbm3.jsonl.gz"
-DAEMON_MAX = 256 << 20
-CONTROLLER_MAX = 512 << 20
+DAEMON_MAX = unit_memory_max("gpuperf-daemon.service")
+CONTROLLER_MAX = unit_memory_max("gpuperf-collector.service")
 JOBS_PER_PHASE = 8
 
 
@@ -57,56 +60,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Cgroup:
-    """A memory cgroup with a limit (v2 if mounted, else v1's memory controller)."""
-
-    def __init__(self, name: str, limit: int):
-        v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
-        self.v2 = v2
-        self.path = Path("/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/memory") / name
-        self.path.mkdir(exist_ok=True)
-        (self.path / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit))
-        if not v2:   # no swap to escape to; a process's memory moves with it into the group
-            self._try("memory.memsw.limit_in_bytes", str(limit))
-            self._try("memory.move_charge_at_immigrate", "3")
-        self.limit = limit
-
-    def _try(self, f: str, v: str) -> None:
-        try:
-            (self.path / f).write_text(v)
-        except OSError:
-            pass
-
-    def add(self, pid: int) -> None:
-        (self.path / "cgroup.procs").write_text(str(pid))
-
-    def peak(self) -> int:
-        f = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
-        try:
-            return int((self.path / f).read_text())
-        except OSError:
-            return -1
-
-    def reset_peak(self) -> None:
-        if not self.v2:
-            self._try("memory.max_usage_in_bytes", "0")
-
-    def oom_kills(self) -> int:
-        f = "memory.events" if self.v2 else "memory.oom_control"
-        for line in (self.path / f).read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-        return 0
-
-    def remove(self) -> None:
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
 
 
 class Proc:
@@ -122,19 +75,7 @@ class Proc:
         self.cg = cg
 
     def status(self, key: str) -> int:
-        try:
-            for line in Path(f"/proc/{self.p.pid}/status").read_text().splitlines():
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return -1
-
-    def fds(self) -> int:
-        try:
-            return len(os.listdir(f"/proc/{self.p.pid}/fd"))
-        except OSError:
-            return -1
+        return proc_status(self.p.pid, key)
 
     def alive(self) -> bool:
         return self.p.poll() is None
@@ -148,26 +89,6 @@ class Proc:
                 self.p.kill()
                 self.p.wait()
         self.log.close()
-
-
-class Watch:
-    """Samples a process's RSS, descriptors and threads every 0.1 s until stopped: the peaks."""
-
-    def __init__(self, proc: Proc):
-        self.proc, self.stop_ev = proc, threading.Event()
-        self.rss_kib = self.fds = self.threads = 0
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self) -> None:
-        while not self.stop_ev.wait(0.1):
-            self.rss_kib = max(self.rss_kib, self.proc.status("VmRSS"))
-            self.fds = max(self.fds, self.proc.fds())
-            self.threads = max(self.threads, self.proc.status("Threads"))
-
-    def stop(self) -> None:
-        self.stop_ev.set()
-        self.t.join()
 
 
 class Bench:
@@ -271,7 +192,7 @@ class Bench:
         cg.reset_peak()
         oom_before = cg.oom_kills()
         rss0 = proc.status("VmRSS")
-        watch = Watch(proc)
+        watch = Watch(proc.p.pid)
         stop = threading.Event()
         out: dict = {}
         ft = threading.Thread(target=lambda: out.update(flood() or {}), daemon=True)
@@ -294,118 +215,18 @@ class Bench:
         print(json.dumps(row), flush=True)
         return row
 
-    # floods ---------------------------------------------------------------------------------------------
+    # floods (tests/unit/floods.py) ------------------------------------------------------------------------
     def user_more(self) -> dict:
-        path = str(self.base / "usock" / "user.sock")
-        sent = [0]
-
-        def one():
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(10)
-            try:
-                s.connect(path)
-                sent[0] += zmtp_more_flood(s, 256 << 20)
-            except OSError:
-                pass
-            finally:
-                s.close()
-
-        ts = [threading.Thread(target=one) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        return {"offered_mib": 1024, "accepted_mib": sent[0] >> 20}
+        return user_socket_flood(str(self.base / "usock" / "user.sock"), 4, 256 << 20)
 
     def user_conns(self) -> dict:
-        holders = Holders(str(self.base / "usock" / "user.sock"), range(62000, 62025), 44)
-        time.sleep(5.0)
-        holders.release()
-        return {"connections": 1100, "users": 25}
+        return held_connections(str(self.base / "usock" / "user.sock"), range(62000, 62025), 44, 5.0)
 
     def ctl_more(self) -> dict:
-        sent = [0]
-        idle: list[socket.socket] = []
-        errors: list[str] = []
-        for i in range(300):
-            try:
-                s = socket.socket()
-                s.bind((f"127.0.0.{2 + i % 10}", 0))
-                s.setblocking(False)
-                try:
-                    s.connect(("127.0.0.1", self.ctl_port))
-                except BlockingIOError:
-                    pass
-                idle.append(s)
-            except OSError as e:
-                errors.append(str(e))
-
-        time.sleep(0.5)   # the idle ones taken off the accept queue (128) before the floods compete for it
-
-        def one():
-            try:
-                s = socket.create_connection(("127.0.0.1", self.ctl_port), timeout=10)
-                sent[0] += zmtp_more_flood(s, 256 << 20)
-                s.close()
-            except OSError:
-                pass
-
-        def huge():
-            try:
-                s = socket.create_connection(("127.0.0.1", self.ctl_port), timeout=10)
-                s.sendall(struct.pack(">I", 1 << 30))
-                chunk = b"h" * (1 << 20)
-                for _ in range(256):
-                    s.sendall(chunk)
-                    sent[0] += len(chunk)
-                s.close()
-            except OSError:
-                pass
-
-        ts = [threading.Thread(target=one) for _ in range(4)] + [threading.Thread(target=huge) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        for s in idle:
-            s.close()
-        return {"offered_mib": 2048, "accepted_mib": sent[0] >> 20, "idle_connections": len(idle),
-                "idle_errors": errors[:2]}
+        return collector_flood("127.0.0.1", self.ctl_port)
 
     def metrics_loris(self) -> dict:
-        open_socks: list[socket.socket] = []
-        made = refused = 0
-        end = time.time() + 20
-        req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"
-        step = 0
-        while time.time() < end:
-            while len(open_socks) < 500 and made < 2000:
-                try:
-                    s = socket.create_connection(("127.0.0.1", self.metrics_port), timeout=2)
-                    s.setblocking(False)
-                    open_socks.append(s)
-                    made += 1
-                except OSError:
-                    refused += 1
-                    break
-            for s in list(open_socks):
-                try:
-                    s.send(req[step % len(req):step % len(req) + 1])
-                except OSError:
-                    open_socks.remove(s)
-                    s.close()
-            step += 1
-            time.sleep(1.0)
-        for s in open_socks:
-            s.close()
-        try:
-            import urllib.request
-
-            urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read()
-            scrape = "ok"
-        except OSError as e:
-            scrape = str(e)
-        return {"connections": made, "connect_failures": refused, "scrape_after": scrape}
+        return metrics_loris("127.0.0.1", self.metrics_port)
 
     def close(self) -> None:
         for p in (self.daemon, self.ctl):
