@@ -64,6 +64,9 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     mem = (s.dram or 0.0) / th["memory_dram_pct"] if th["memory_dram_pct"] else 0.0
     if max(comp, mem) >= 1.0:
         if mem > comp:
+            scattered = _scattered(s, th)
+            if scattered:
+                return "latency_bound", scattered
             ev = [f"DRAM active {pct(s.dram)}, tensor active {pct(s.tensor)}"]
             if (s.dram or 0.0) < th["roof_near_pct"]:
                 # DRAM activity counts the sectors moved, useful or not
@@ -105,6 +108,22 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
     return "busy_unprofiled", [f"GPU utilization {pct(s.util)}, SM active {pct(s.sm)}: kernels ran, but "
                                f"tensor/FP pipe and DRAM activity were not measured (tensor {pct(s.tensor)}, "
                                f"DRAM {pct(s.dram)})"]
+
+
+def _scattered(s: Signals, th: dict[str, float]) -> list[str]:
+    """Evidence that DRAM past its bar is kept busy by scattered accesses, not by streaming (empty when not):
+    SMs busy, every math pipe measured and quiet (tensor, FP and integer), and DRAM well under the activity
+    a kernel that only moves memory reaches when it streams. Without the integer pipe (DCGM) nothing is said."""
+    if s.sm is None or s.sm < 50.0 or s.dram is None or s.dram >= th["stream_dram_pct"]:
+        return []
+    if s.pipes is None or s.int_pipe is None or max(s.pipes, s.int_pipe) >= th["quiet_pipe_pct"]:
+        return []
+    return [f"DRAM active {pct(s.dram)} with SM active {pct(s.sm)} and no math pipe at work (tensor {pct(s.tensor)}, "
+            f"FP pipes {pct(s.fp_max)}, integer {pct(s.int_pipe)}): a kernel that only moves memory streams at "
+            f"{th['stream_dram_pct']:.0f}% DRAM activity or more when its accesses are coalesced, so these warps wait "
+            "on where their loads go (gathers, random lookups, uncoalesced or dependent loads), and the DRAM "
+            "activity counts whole sectors moved for single elements; Nsight Compute's sectors per request "
+            "(memory workload analysis) measures the waste"]
 
 
 def _transfer(s: Signals, th: dict[str, float]) -> list[str]:

@@ -70,6 +70,13 @@ DEFAULTS: dict[str, float] = {
     # DRAM interface active half of the time: the memory system is the main consumer (a dense bf16
     # matmul keeps it at about 24%, FACTS.md; streaming kernels at 80-90%).
     "memory_dram_pct": 50.0,
+    # A kernel that only moves memory (no math pipe, integer included, above a third of the compute bar)
+    # streams at 87% DRAM activity in the ground-truth recordings (the streaming reduction) when its
+    # accesses are coalesced; with nothing else for its warps to do, DRAM busy at under 85% of that while
+    # the SMs are busy is held by where its loads go (scattered accesses move whole sectors for single
+    # elements, and GPM counts the wasted sectors as activity), not by the bandwidth.
+    "stream_dram_pct": 75.0,
+    "quiet_pipe_pct": 10.0,
     # Near the roof: the busiest pipe (or DRAM) above 60% of its peak. Large GEMMs reach 88-92% tensor
     # activity and a streaming reduction 87% DRAM activity (the ground-truth recordings); a bf16
     # training step of a small transformer sits at 25-29%, where kernel-level work still pays.

@@ -282,6 +282,37 @@ def test_the_integer_pipe_of_a_streaming_kernel_is_its_address_arithmetic_not_a_
     assert d.cls == "latency_bound"
 
 
+def test_dram_busy_with_no_math_well_under_the_streaming_rate_is_scattered_accesses_not_bandwidth():
+    # a random gather's means (zoo_gather_random_fp32: SM 98%, FP 0%, integer 4-6%, DRAM 59-61%)
+    gather = dict(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=91.0, tensor_active_pct=0.2,
+                  fp16_active_pct=0.0, fp32_active_pct=0.0, int_active_pct=5.0, dram_active_pct=60.0)
+    d, _ = diag(**gather)
+    assert d.cls == "latency_bound"
+    assert any("sectors per request" in e and "no math pipe" in e for e in d.evidence), d.evidence
+    assert "Nsight Compute" in recs(d)
+    assert not any(w in recs(d) for w in ("attention", "FP8", "TF32", "CUDA graphs", "8-bit"))
+
+
+@pytest.mark.parametrize("what, changes", [
+    # a kernel that only moves memory and streams it: triad / axpy / reduce_sum at 87-92% DRAM
+    ("streaming", {"dram_active_pct": 90.0}),
+    # the same DRAM share with per-element math (layernorm / gelu on H200: FP32 or integer pipes busy)
+    ("math per element", {"fp32_active_pct": 28.0}),
+    ("address arithmetic", {"int_active_pct": 55.0}),
+    # SMs mostly idle: nothing says the warps wait
+    ("SMs not busy", {"sm_active_pct": 40.0, "util_gpu_pct": 45.0}),
+    # no integer pipe measured (DCGM): "no math" cannot be said
+    ("integer pipe unmeasured", {"int_active_pct": None}),
+])
+def test_the_scattered_access_rule_is_absent_where_its_condition_does_not_hold(what, changes):
+    gather = dict(util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=91.0, tensor_active_pct=0.2,
+                  fp16_active_pct=0.0, fp32_active_pct=0.0, int_active_pct=5.0, dram_active_pct=60.0)
+    gather.update(changes)
+    d, _ = diag(**{k: v for k, v in gather.items() if v is not None})
+    assert d.cls != "latency_bound", what
+    assert not any("sectors per request" in e and "no math pipe" in e for e in d.evidence), what
+
+
 def test_cuda_core_math_under_its_bar_beside_dram_traffic_is_a_streaming_kernel():
     # softmax-like: FP32 pipe 15%, DRAM 31%, no tensor work: memory-bound, not "far from the math roof"
     d, _ = diag(util_gpu_pct=100.0, sm_active_pct=96.0, sm_occupancy_pct=47.0, tensor_active_pct=1.7,
