@@ -13,8 +13,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = {"job", "epilog_s", "epilog_maxrss_kib", "daemon_vmhwm_kib", "ignored"}
@@ -53,9 +55,7 @@ def main() -> int:
     a = ap.parse_args()
     name = os.environ.get("GPUPERF_TEST_CLUSTER", "pytest")
     prefix = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    when = provenance(ROOT)
     load = "rendered from the last run; its load average not recorded"
     if not a.no_run:
         load = "load average %.2f %.2f %.2f before the run" % os.getloadavg()
@@ -67,7 +67,7 @@ def main() -> int:
               f"GPUPERF_PREFIX={prefix} bash packaging/install.sh --test\n"
               f"GPUPERF_PREFIX={prefix} GPUPERF_TEST_CLUSTER={name} python3 benchmarks/abuse_figures.py\n"
               f"# runs tests/integration/test_abuse_slurm.py, renders /tmp/gpuperf-slurm-{name}/abuse_figures.json\n```\n\n"
-              f"Run: {time.strftime('%Y-%m-%d')}, commit {commit}{' + uncommitted changes' if dirty else ''}; "
+              f"Run: {when}; "
               f"the 2-core dev VM shared with other engineers' test runs ({load}).")
     fig = json.loads(Path(f"/tmp/gpuperf-slurm-{name}/abuse_figures.json").read_text())
     Path(a.out).write_text(render(fig, header))

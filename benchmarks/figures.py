@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,3 +15,12 @@ def emit(figures: dict[str, Any], json_path: str | None) -> None:
     print(text)
     if json_path:
         Path(json_path).write_text(text + "\n")
+
+
+def provenance(root: Path) -> str:
+    """Today's date and the checkout's commit, "+ uncommitted changes" when tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return f"{time.strftime('%Y-%m-%d')}, commit {git('rev-parse', '--short', 'HEAD')}{' + uncommitted changes' if dirty else ''}"

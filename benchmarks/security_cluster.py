@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import provenance  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 FLOODS = {
     "user-parts": lambda r: (f"finding 5, as the job's user at `user.sock`: ZMTP frames all flagged MORE and parts "
@@ -110,10 +113,7 @@ def main() -> int:
     a = ap.parse_args()
     name = os.environ.get("GPUPERF_TEST_CLUSTER", "pytest")
     prefix = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    when = f"{time.strftime('%Y-%m-%d')}, commit {commit}{' + uncommitted changes' if dirty else ''}"
+    when = provenance(ROOT)
     took = ""
     if not a.no_run:
         load = "load average %.2f %.2f %.2f before the run" % os.getloadavg()
