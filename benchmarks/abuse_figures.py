@@ -9,14 +9,11 @@ Root, an editable install at GPUPERF_PREFIX (``bash packaging/install.sh --test`
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures import provenance  # noqa: E402
+from figures import cluster_test_figures, provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = {"job", "epilog_s", "epilog_maxrss_kib", "daemon_vmhwm_kib", "ignored"}
@@ -53,24 +50,17 @@ def main() -> int:
     ap.add_argument("--no-run", action="store_true", help="render the figures of the last run only")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "abuse.md"))
     a = ap.parse_args()
-    name = os.environ.get("GPUPERF_TEST_CLUSTER", "pytest")
-    prefix = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf")
-    when = provenance(ROOT)
-    load = "rendered from the last run; its load average not recorded"
-    if not a.no_run:
-        load = "load average %.2f %.2f %.2f before the run" % os.getloadavg()
-        r = subprocess.run([prefix + "/venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "tests/integration/test_abuse_slurm.py"], cwd=ROOT)
-        if r.returncode:
-            return r.returncode
+    run = cluster_test_figures(ROOT, "tests/integration/test_abuse_slurm.py", "abuse_figures.json", not a.no_run)
+    if run["rc"]:
+        return run["rc"]
+    name, prefix, load, when = run["name"], run["prefix"], run["load"], provenance(ROOT)
     header = (f"Command (root, this checkout, an editable install and its own test cluster):\n\n```sh\n"
               f"GPUPERF_PREFIX={prefix} bash packaging/install.sh --test\n"
               f"GPUPERF_PREFIX={prefix} GPUPERF_TEST_CLUSTER={name} python3 benchmarks/abuse_figures.py\n"
               f"# runs tests/integration/test_abuse_slurm.py, renders /tmp/gpuperf-slurm-{name}/abuse_figures.json\n```\n\n"
               f"Run: {when}; "
               f"the 2-core dev VM shared with other engineers' test runs ({load}).")
-    fig = json.loads(Path(f"/tmp/gpuperf-slurm-{name}/abuse_figures.json").read_text())
-    Path(a.out).write_text(render(fig, header))
+    Path(a.out).write_text(render(run["figures"], header))
     print(a.out)
     return 0
 

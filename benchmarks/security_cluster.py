@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures import provenance  # noqa: E402
+from figures import cluster_test_figures, provenance  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOODS = {
@@ -111,30 +108,21 @@ def main() -> int:
     ap.add_argument("--no-run", action="store_true", help="render the figures of the last run only")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "security_cluster.md"))
     a = ap.parse_args()
-    name = os.environ.get("GPUPERF_TEST_CLUSTER", "pytest")
-    prefix = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf")
-    when = provenance(ROOT)
-    took = ""
-    if not a.no_run:
-        load = "load average %.2f %.2f %.2f before the run" % os.getloadavg()
-        t0 = time.time()
-        r = subprocess.run([prefix + "/venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "tests/integration/test_hostile_files_slurm.py"], cwd=ROOT)
-        if r.returncode:
-            return r.returncode
-        took = f"; the test file took {time.time() - t0:.0f} s in all (cluster start included)"
-    else:
-        load = "rendered from the last run; its load average not recorded"
+    run = cluster_test_figures(ROOT, "tests/integration/test_hostile_files_slurm.py",
+                               "security_cluster_figures.json", not a.no_run)
+    if run["rc"]:
+        return run["rc"]
+    name, prefix, load, when = run["name"], run["prefix"], run["load"], provenance(ROOT)
+    took = "" if run["took_s"] is None else f"; the test file took {run['took_s']:.0f} s in all (cluster start included)"
     header = (f"Command (root, this checkout, an editable install and its own test cluster):\n\n```sh\n"
               f"GPUPERF_PREFIX={prefix} bash packaging/install.sh --test\n"
               f"GPUPERF_PREFIX={prefix} GPUPERF_TEST_CLUSTER={name} python3 benchmarks/security_cluster.py\n"
               f"# runs tests/integration/test_hostile_files_slurm.py, renders "
               f"/tmp/gpuperf-slurm-{name}/security_cluster_figures.json\n```\n\n"
               f"Run: {when}; the 2-core dev VM shared with other engineers' test runs ({load}{took}).")
-    d = Path(f"/tmp/gpuperf-slurm-{name}")
-    fig = json.loads((d / "security_cluster_figures.json").read_text())
-    files = json.loads((d / "security_files_figures.json").read_text())
-    Path(a.out).write_text(render(fig, files, header))
+    # the same test file leaves the hostile-file cases' figures beside its own
+    files = json.loads((Path(f"/tmp/gpuperf-slurm-{name}") / "security_files_figures.json").read_text())
+    Path(a.out).write_text(render(run["figures"], files, header))
     print(a.out)
     return 0
 

@@ -11,12 +11,12 @@ table.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures import cluster_test_figures  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [
@@ -50,17 +50,11 @@ def main() -> int:
     ap.add_argument("--no-run", action="store_true", help="render the figures of the last run only")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "security_files.md"))
     a = ap.parse_args()
-    name = os.environ.get("GPUPERF_TEST_CLUSTER", "pytest")
-    load = ("load average %.2f %.2f %.2f before the run" % os.getloadavg() if not a.no_run
-            else "rendered from the last run; its load average not recorded")
-    if not a.no_run:
-        py = os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/python"
-        r = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "tests/integration/test_hostile_files_slurm.py"], cwd=ROOT)
-        if r.returncode:
-            return r.returncode
-    fig = json.loads(Path(f"/tmp/gpuperf-slurm-{name}/security_files_figures.json").read_text())
-    Path(a.out).write_text(render(fig, f"{time.strftime('%Y-%m-%d')}, {load}"))
+    run = cluster_test_figures(ROOT, "tests/integration/test_hostile_files_slurm.py", "security_files_figures.json",
+                               not a.no_run)
+    if run["rc"]:
+        return run["rc"]
+    Path(a.out).write_text(render(run["figures"], f"{time.strftime('%Y-%m-%d')}, {run['load']}"))
     print(a.out)
     return 0
 
