@@ -45,13 +45,15 @@ class CheckEnv:
     """What a check may know besides the node's state: the time it judges at and the last run's baseline.
 
     ``xid_since`` maps a GPU bus id to the time after which an XID counts (the previous clean
-    check); ``nvlink_baseline`` maps a bus id to link -> error counters at the previous clean check.
+    check); ``nvlink_baseline`` maps a bus id to link -> error counters at the previous clean check,
+    taken at ``nvlink_since`` (bus id -> time; absent for a baseline of an older gpuperf).
     """
 
     now: float | None = None
     live: bool = False  # the live node (not a recorded root): deep checks may touch hardware
     xid_since: dict[str, float] = field(default_factory=dict)
     nvlink_baseline: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    nvlink_since: dict[str, float] = field(default_factory=dict)
     xid_source: str = "gpus.json xid_events"
     xid_error: str | None = None  # why XIDs could not be read (the check is then an error)
     pci_gpus: tuple[str, ...] | None = None  # bus ids of GPUs bound to the nvidia driver in sysfs

@@ -30,7 +30,7 @@ def load(state_dir: str) -> dict[str, Any]:
 
 def env_from(hist: dict[str, Any], now: float | None, live: bool, xid_source: str, xid_error: str | None = None) -> CheckEnv:
     """The CheckEnv the checks judge with, from a loaded history."""
-    since, base = {}, {}
+    since, base, base_t = {}, {}, {}
     for bus, e in hist.get("gpus", {}).items():
         if not isinstance(e, dict):
             continue
@@ -38,7 +38,10 @@ def env_from(hist: dict[str, Any], now: float | None, live: bool, xid_source: st
             since[bus] = float(e["xid_clean_t"])
         if isinstance(e.get("nvlink_errors"), dict):
             base[bus] = e["nvlink_errors"]
-    return CheckEnv(now=now, live=live, xid_since=since, nvlink_baseline=base, xid_source=xid_source, xid_error=xid_error)
+            if isinstance(e.get("nvlink_t"), (int, float)) and not isinstance(e.get("nvlink_t"), bool):
+                base_t[bus] = float(e["nvlink_t"])
+    return CheckEnv(now=now, live=live, xid_since=since, nvlink_baseline=base, nvlink_since=base_t,
+                    xid_source=xid_source, xid_error=xid_error)
 
 
 def link_counters(g: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -67,8 +70,11 @@ def advanced(hist: dict[str, Any], topo: dict[str, Any], snap: dict[str, Any], j
         counters = link_counters(g)
         old = entry.get("nvlink_errors") or {}
         reset = any(v < old.get(l, {}).get(k, 0) for l, errs in counters.items() for k, v in errs.items())
-        if counters and (reset or not old or nvlink_down.check(topo, snap, [idx], cfg, env).status == "ok"):
+        # a warning (corrected CRC errors below the rate that matters) moves the baseline too: the next
+        # window starts here, as DCGM's health watch judges each interval on its own
+        if counters and (reset or not old or nvlink_down.check(topo, snap, [idx], cfg, env).status in ("ok", "warn")):
             entry["nvlink_errors"] = counters
+            entry["nvlink_t"] = env.now
         out[bus] = entry
     return out
 

@@ -87,7 +87,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "xid_fatal": Key(list, [48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120],
                          "XIDs that fail the node (Azure aznhc's set)", item_type=int),
         "nvlink_expected": Key(int, 0, "active NVLinks each GPU must have; 0: every link NVML reports"),
-        "nvlink_max_error_growth": Key(int, 0, "NVLink error counts a GPU may gain between clean checks"),
+        "nvlink_max_error_growth": Key(int, 0, "NVLink replay and recovery errors a GPU may gain between clean checks"),
+        "nvlink_crc_max_per_s": Key(float, 100.0, "corrected NVLink CRC errors (flit, data) per second on one link that "
+                                    "fail the node; fewer only warn (DCGM's limit: RM says they matter from 100/s)",
+                                    validate=_positive),
         "deep_timeout_s": Key(float, 300.0, "time limit of one deep check (dcgmi diag)", validate=_positive),
         "daemon_max_age_s": Key(float, 30.0, "the prolog uses the daemon's health result if this fresh", validate=_positive),
     },

@@ -69,7 +69,8 @@ class SlurmCluster:
         self.layout = sc.make_layout(name, socket.gethostname().split(".")[0], nodes=nodes, gpus=gpus, cpus=cpus,
                                      node_root=node_root, extra_conf=extra_conf, cgroup_v1=v1,
                                      cgroup_v2=not v1 and cgroup_v2(), gpu_files=gpu_files,
-                                     plugin_dir=plugin_dir(), slurm_bin=str(SLURM_BIN))
+                                     plugin_dir=plugin_dir(), slurm_bin=str(SLURM_BIN),
+                                     lib_path=":".join(lib_dirs()))
         self.real_gpus = real_gpus
         self.name = name
         self.dir = self.layout.dir

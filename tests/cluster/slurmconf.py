@@ -72,6 +72,7 @@ class Layout:
     cgroup_v2: bool = False  # the unified hierarchy (cgroup/v2 plugin, no systemd) instead of v1
     plugin_dir: str = ""  # Slurm unpacked in a prefix (dpkg -x): its plugins; '' = Slurm's built-in path
     slurm_bin: str = "/usr/bin"  # where sbatch, scontrol, sacct... are (gpuperf's slurm_bin_dir)
+    lib_path: str = ""  # prefix mode: the unpacked Slurm's libraries, for the commands the root hooks run
 
     @property
     def real_gpus(self) -> bool:
@@ -132,7 +133,7 @@ def check_name(name: str) -> str:
 def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: int = 16, mem_mb: int = 16000,
                 node_root: str = "", extra_conf: str = "", root: Path = ROOT, cgroup_v1: bool = True,
                 cgroup_v2: bool = False, gpu_files: tuple[str, ...] = (), plugin_dir: str = "",
-                slurm_bin: str = "/usr/bin") -> Layout:
+                slurm_bin: str = "/usr/bin", lib_path: str = "") -> Layout:
     """The layout of instance ``name`` (pure: same name, same ports and paths).
 
     ``cgroup_v1`` / ``cgroup_v2``: the machine mounts cgroup v1 controllers / a writable unified
@@ -175,7 +176,7 @@ def make_layout(name: str, hostname: str, nodes: int = 1, gpus: int = 4, cpus: i
         cgroup=(cgroup_v1 or cgroup_v2) and not multi, cgroup_v2=cgroup_v2 and not cgroup_v1,
         subnet=subnet, bridge=f"gpbr{h % 100000:05d}" if multi else None,
         node_root=node_root, extra_conf=extra_conf, gpu_files=tuple(gpu_files), plugin_dir=plugin_dir,
-        slurm_bin=slurm_bin,
+        slurm_bin=slurm_bin, lib_path=lib_path,
     )
 
 
@@ -311,6 +312,10 @@ def hook_script(l: Layout, hook: str) -> str:
     if len(l.nodes) > 1 and hook in NODE_HOOKS:
         node_conf = f"{l.dir}/nodes/$SLURMD_NODENAME/gpuperf.toml"
         lines.append(f'[ -n "$SLURMD_NODENAME" ] && [ -f "{node_conf}" ] && GPUPERF_CONFIG="{node_conf}"')
+    if l.lib_path and hook != "taskprolog":
+        # slurmd gives a hook no LD_LIBRARY_PATH, and an unpacked Slurm's sinfo/scontrol need one (the
+        # prolog drains through them); a TaskProlog must see the task's own (it finds the job's NCCL there)
+        lines.append(f"LD_LIBRARY_PATH={l.lib_path}; export LD_LIBRARY_PATH")
     lines += ["export GPUPERF_CONFIG", f"export SLURM_CONF={l.slurm_conf}", f'exec {HOOK_BIN / HOOKS[hook]} "$@"']
     return "\n".join(lines) + "\n"
 

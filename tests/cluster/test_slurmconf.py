@@ -160,3 +160,12 @@ def test_fake_gpus_on_cgroup_v1_are_unchanged():
     assert not l.real_gpus and not l.cgroup_v2 and l.cgroup
     assert "PluginDir" not in sc.slurm_conf(l) and "CgroupPlugin=cgroup/v1" in sc.cgroup_conf(l)
     assert sc.gres_conf(l).splitlines()[1].endswith("/dev/eng1n1/nvidia[0-3]")
+
+
+def test_root_hooks_get_an_unpacked_slurms_libraries_and_the_taskprolog_does_not(tmp_path: Path) -> None:
+    """Found on the GPU machine: the prolog could not drain there (sinfo: libslurmfull.so not found)."""
+    l = sc.make_layout("libs", "h", root=tmp_path, slurm_bin="/p/usr/bin", lib_path="/p/usr/lib/x86_64-linux-gnu/slurm")
+    for hook in ("prolog", "epilog", "epilog-slurmctld"):
+        assert "LD_LIBRARY_PATH=/p/usr/lib/x86_64-linux-gnu/slurm; export LD_LIBRARY_PATH" in sc.hook_script(l, hook)
+    assert "LD_LIBRARY_PATH" not in sc.hook_script(l, "taskprolog")
+    assert "LD_LIBRARY_PATH" not in sc.hook_script(sc.make_layout("libs", "h", root=tmp_path), "prolog")

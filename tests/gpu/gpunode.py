@@ -60,6 +60,17 @@ def _wait_answer(c: SlurmCluster, p: subprocess.Popen, argv: list[str], what: st
     raise ClusterError(f"{what} did not answer in {timeout:.0f} s")
 
 
+def wait_admincomment(c: SlurmCluster, job: int, state: str, timeout: float = 60.0) -> dict[str, str]:
+    """The job's sacct row once its AdminComment is written (the collector writes it after the merge, which
+    can be seconds after accounting shows the job ended); the last row read when the time runs out."""
+    end = time.monotonic() + timeout
+    row = c.wait_sacct(job, state=state, fields=("JobID", "AdminComment%400"), timeout=timeout)
+    while "class=" not in row.get("AdminComment", "") and time.monotonic() < end:
+        time.sleep(0.5)
+        row = c.sacct(job, ("State", "JobID", "AdminComment%400"))
+    return row
+
+
 def configure(c: SlurmCluster, py: str, probe_every_s: float = 0.0) -> None:
     """gpuperf as an admin sets it up on a GPU node: NVML sampling, the collector, the fleet probe."""
     cfg = c.gpuperf_config()

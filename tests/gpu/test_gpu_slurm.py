@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gpunode import watch_processes
+from gpunode import wait_admincomment, watch_processes
 
 pytestmark = pytest.mark.slurm
 
@@ -189,7 +189,7 @@ def test_admincomment_class_is_the_workloads(batch, gpu_results):
     c, jobs, states, _ = batch
     classes, heads = {}, {}
     for name in ("gemm", "idle", "steps", "fail", "cancel"):
-        row = c.wait_sacct(jobs[name], state=states[name], fields=("JobID", "AdminComment%400"), timeout=60)
+        row = wait_admincomment(c, jobs[name], states[name])
         text = row.get("AdminComment", "")
         m = re.search(r"class=(\w+)", text)
         classes[name] = m.group(1) if m else text[:200]

@@ -192,6 +192,54 @@ def test_nvlink_error_growth_since_last_clean_check() -> None:
               base.CheckEnv(nvlink_baseline={"0000:18:00.0": {"0": {"replay": 2}}})).status == "ok"
 
 
+def _crc_gpu(bus: str, counts: list[int]) -> dict[str, Any]:
+    links = [{"link": i, "active": True, "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": c}}
+             for i, c in enumerate(counts)]
+    return {"index": 0, "bus_id": bus, "nvlink": {"links_total": len(links), "links_active": len(links), "links": links}}
+
+
+def test_corrected_crc_errors_of_a_healthy_h200_pair_under_all_reduce_only_warn() -> None:
+    """Recorded on 2x H200 (tests/data/checks/nvlink_crc_h200x2.json): every growth used to fail the node."""
+    rec = json.loads((Path(__file__).parents[1] / "data" / "checks" / "nvlink_crc_h200x2.json").read_text())
+    fn, cfg = checks.registry()["nvlink_down"].fn, config.defaults()
+    t0 = 1000.0
+    for bus, grown in rec["crc_data_growth"].items():
+        g = dict(_crc_gpu(bus, grown), index=0)
+        env = base.CheckEnv(now=t0 + rec["window_s"], nvlink_since={bus: t0},
+                            nvlink_baseline={bus: {str(i): {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}
+                                                   for i in range(len(grown))}})
+        r = fn({}, {"gpus": [g]}, [0], cfg, env)
+        assert r.status == "warn", r
+        assert "corrected NVLink CRC errors" in r.detail and f"+{max(grown)}" in r.detail
+        assert "under the 100/s that fails" in r.detail
+        # the same growth in a second is a link at 100+/s: that one fails, as in DCGM's health watch
+        fast = fn({}, {"gpus": [g]}, [0], cfg, base.CheckEnv(now=t0 + 1.0, nvlink_since={bus: t0},
+                                                               nvlink_baseline=env.nvlink_baseline))
+        assert fast.status == "fail" and "CRC errors at 100/s or more" in fast.detail
+
+
+def test_nvlink_crc_rate_replay_and_unknown_window() -> None:
+    bus = "0000:18:00.0"
+    fn, cfg = checks.registry()["nvlink_down"].fn, config.defaults()
+    zero = {"0": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}}
+
+    def judged(errors: dict[str, int], now: float | None, since: float | None, c: Any = cfg) -> Any:
+        g = {"index": 0, "bus_id": bus, "nvlink": {"links_total": 1, "links_active": 1, "links": [
+            {"link": 0, "active": True, "errors": {**zero["0"], **errors}}]}}
+        env = base.CheckEnv(now=now, nvlink_since={bus: since} if since is not None else {}, nvlink_baseline={bus: zero})
+        return fn({}, {"gpus": [g]}, [0], c, env)
+
+    assert judged({"crc_flit": 999}, 110.0, 100.0).status == "warn"        # 99.9/s over 10 s
+    assert judged({"crc_flit": 1000}, 110.0, 100.0).status == "fail"       # 100/s: DCGM's limit fails
+    assert judged({"crc_data": 5}, 200.0, 100.0).status == "warn"
+    assert judged({"crc_data": 5}, None, None).status == "warn"            # an older baseline: no time
+    assert "over an unknown time" in judged({"crc_data": 5}, None, None).detail
+    assert judged({"recovery": 1, "crc_data": 1}, 1e6, 100.0).status == "fail"
+    assert judged({"replay": 1}, 1e6, 100.0).status == "fail"
+    assert judged({"crc_data": 50}, 110.0, 100.0, cfg_with(nvlink_crc_max_per_s=5.0)).status == "fail"
+    assert judged({}, 110.0, 100.0).status == "ok"
+
+
 def test_clocks_throttled(tmp_path: Path) -> None:
     root = derive(tmp_path, HGX, lambda s: gpu(6)(s).update(throttle_reasons=0x41, util_gpu_pct=0, temp_c=92))
     r = run(root, ALL8)["clocks_throttled"]
@@ -396,11 +444,20 @@ def test_history_moves_forward_only_for_clean_gpus(tmp_path: Path) -> None:
     env = history.env_from({"gpus": {}}, 1000.0, True, "test")
     entries = history.advanced({"gpus": {}}, {}, snap, [], cfg, env)
     assert "xid_clean_t" not in entries["0000:18:00.0"]  # the XID keeps counting on the next run
-    assert entries["0000:2a:00.0"] == {"xid_clean_t": 1000.0, "nvlink_errors": {"0": {"replay": 4}}}
+    assert entries["0000:2a:00.0"] == {"xid_clean_t": 1000.0, "nvlink_errors": {"0": {"replay": 4}}, "nvlink_t": 1000.0}
     history.save(str(tmp_path), entries)
     env2 = history.env_from(history.load(str(tmp_path)), 1100.0, True, "test")
     assert env2.xid_since == {"0000:2a:00.0": 1000.0}
     assert env2.nvlink_baseline == {"0000:2a:00.0": {"0": {"replay": 4}}}
+    assert env2.nvlink_since == {"0000:2a:00.0": 1000.0}
+    # corrected CRC errors under the rate only warn, and the window starts again at that check
+    snap["gpus"][1]["nvlink"]["links"][0]["errors"] = {"replay": 4, "crc_data": 30}
+    entries = history.advanced({"gpus": {"0000:2a:00.0": {"nvlink_errors": {"0": {"replay": 4, "crc_data": 0}},
+                                                         "nvlink_t": 1000.0}}}, {}, snap, [1], cfg,
+                               history.env_from({"gpus": {"0000:2a:00.0": {"nvlink_errors": {"0": {"replay": 4, "crc_data": 0}},
+                                                                          "nvlink_t": 1000.0}}}, 1100.0, True, "test"))
+    assert entries["0000:2a:00.0"]["nvlink_errors"] == {"0": {"replay": 4, "crc_data": 30}}
+    assert entries["0000:2a:00.0"]["nvlink_t"] == 1100.0
 
 
 def _gpuperf(*args: str) -> subprocess.CompletedProcess:
