@@ -210,6 +210,12 @@ def _even_chunks(items: list, k: int) -> list[list]:
     return out
 
 
+def node_noop(topology: Mapping[str, Any]) -> str | None:
+    """Why no plan on this node can change a task's binding, whatever the job (None: it may)."""
+    with_cpus = [n for n in topology.get("numa_nodes") or [] if n.get("cpus")]
+    return f"{len(with_cpus) or 'no'} NUMA node with CPUs: pinning changes nothing" if len(with_cpus) <= 1 else None
+
+
 def plan(topology: Mapping[str, Any], alloc: Allocation, tasks: int,
          mem_policy: str = "bind", hyperthreads: bool = True) -> AffinityPlan:
     """Plan the binding of ``tasks`` local ranks of a job with ``alloc`` on a node with ``topology``."""
@@ -221,7 +227,7 @@ def plan(topology: Mapping[str, Any], alloc: Allocation, tasks: int,
     gpu_numa = {int(g["index"]): g.get("numa_node") for g in topology.get("gpus") or []}
     siblings = (topology.get("cpus") or {}).get("siblings") or {}
     if len(numa_with_cpus) <= 1:
-        result.noop = f"{len(numa_with_cpus) or 'no'} NUMA node with CPUs: pinning changes nothing"
+        result.noop = node_noop(topology)
         return result
     if not alloc.gpus:
         result.noop = "no GPUs for the job on this node: Slurm's binding kept"

@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from gpuperf.daemon.server import serve
 
-    return serve(cfg, args.backend, prolog=prolog_steps(log.get("daemon")))
+    lg = log.get("daemon")
+    return serve(cfg, args.backend, prolog=prolog_steps(lg), epilog=epilog_step(lg), taskenv=taskenv_step(lg))
 
 
 def prolog_steps(logger):
@@ -53,6 +54,26 @@ def prolog_steps(logger):
         logger.error("prolog fast path unavailable: %s: %s", type(e).__name__, e)
         return None
     return indaemon.run
+
+
+def epilog_step(logger):
+    """The epilog's step for the compiled hook client (``epilog.indaemon.run``); None when it cannot be imported."""
+    try:
+        from gpuperf.epilog import indaemon
+    except Exception as e:  # noqa: BLE001 - each epilog then runs in Python
+        logger.error("epilog in the daemon unavailable: %s: %s", type(e).__name__, e)
+        return None
+    return indaemon.run
+
+
+def taskenv_step(logger):
+    """The TaskProlog's answer for the compiled hook client (``prolog.taskdaemon.run``); None when unavailable."""
+    try:
+        from gpuperf.prolog import taskdaemon
+    except Exception as e:  # noqa: BLE001 - each TaskProlog then runs in Python
+        logger.error("TaskProlog in the daemon unavailable: %s: %s", type(e).__name__, e)
+        return None
+    return taskdaemon.run
 
 
 def _prepare_state_dir(cfg, logger) -> None:

@@ -27,6 +27,12 @@ from gpuperf.samplers.base import Sampler
 # the prolog's steps run here for its fast path (``gpuperf.prolog.indaemon.run``): (cfg, the forwarded job,
 # the cached health result, a registration callback, now=) -> the reply's members
 PrologSteps = Callable[..., dict[str, Any]]
+# the epilog's step for the compiled hook client (``gpuperf.epilog.indaemon.run``): (cfg, the forwarded job,
+# a finalise callback, now=) -> the reply's members
+EpilogSteps = Callable[..., dict[str, Any]]
+# a TaskProlog's answer for the compiled hook client (``gpuperf.prolog.taskdaemon.run``): (cfg, the job, the
+# caller's uid, whether an admin asks) -> the reply's members
+TaskEnv = Callable[..., dict[str, Any]]
 
 
 def public_reg(row: dict[str, Any]) -> dict[str, Any]:
@@ -83,11 +89,13 @@ class Ops:
     def __init__(self, *, access: Access, jobs: Jobs, store: Store, handover: Handover, view: LiveView,
                  health: Callable[[], "dict[str, Any] | None"], facts: NodeFacts, sampler: Sampler,
                  clock: Callable[[], float], started: float, stats: dict[str, float], cfg: Any, log: Any,
-                 prolog: PrologSteps | None = None):
+                 prolog: PrologSteps | None = None, epilog: EpilogSteps | None = None,
+                 taskenv: TaskEnv | None = None):
         self.access, self.jobs, self.store, self.handover, self.view = access, jobs, store, handover, view
         self.health, self.facts, self.sampler, self.clock, self.started = health, facts, sampler, clock, started
         self.stats, self.cfg, self.log = stats, cfg, log
         self.prolog = prolog   # the prolog's steps, for its fast path; None: every prolog runs them itself
+        self.epilog, self.taskenv = epilog, taskenv   # likewise for the compiled client's epilog and TaskProlog
 
     def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
         """One request frame from caller ``uid`` on ``channel`` -> the reply (never raises)."""
@@ -136,6 +144,31 @@ class Ops:
         if not out["done"]:
             self.log.info("prolog left to the hook: %s", out["why"])
         return protocol.ok(**out)
+
+    def op_epilog(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
+        """The compiled client's epilog: finalise the job here and record the hook, or say why not."""
+        if self.epilog is None:
+            return protocol.ok(done=False, why="this daemon was started without the epilog's step")
+
+        def finalise(job: dict[str, Any]) -> dict[str, Any]:
+            try:
+                return self.op_finalize(protocol.Request("finalize", job.get("job_id"),
+                                                         protocol.validate_job("finalize", job)), uid)
+            except protocol.ProtocolError as e:
+                return protocol.error(str(e))
+
+        t0 = time.perf_counter()
+        out = self.epilog(self.cfg, req.job, finalise, now=self.clock())
+        out["daemon_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        if not out["done"]:
+            self.log.info("epilog left to the hook: %s", out["why"])
+        return protocol.ok(**out)
+
+    def op_taskenv(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
+        """The compiled client's TaskProlog: this task's exports from the job's plan, for its owner."""
+        if self.taskenv is None:
+            return protocol.ok(done=False, why="this daemon was started without the TaskProlog's step")
+        return protocol.ok(**self.taskenv(self.cfg, req.job, uid, self.access.is_admin(uid), now=self.clock()))
 
     def op_finalize(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """A job ended on this node (epilog): its aggregates, final; with ``deliver``, the daemon keeps

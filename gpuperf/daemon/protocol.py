@@ -20,9 +20,11 @@ VERSION = 1
 MAX_BYTES = 64 * 1024
 MAX_GPUS = 64
 # ops that change state: only root and SlurmUser may send them
-WRITE_OPS = frozenset({"register", "finalize", "prolog"})
+WRITE_OPS = frozenset({"register", "finalize", "prolog", "epilog"})
 READ_OPS = frozenset({"ping", "health", "job", "jobs", "live", "series"})
-OPS = WRITE_OPS | READ_OPS
+# a TaskProlog (the job's user) asks for its task's environment: it reads the job's plan, changes nothing
+TASK_OPS = frozenset({"taskenv"})
+OPS = WRITE_OPS | READ_OPS | TASK_OPS
 
 
 class ProtocolError(Exception):
@@ -98,8 +100,13 @@ def validate_job(op: str, job: Any) -> dict[str, Any]:
         out["deliver"] = job.get("deliver") is True
     elif op == "series":
         out["max_points"] = _int(job, "max_points", 1, 100_000) or 500
-    elif op == "prolog":
+    elif op in ("prolog", "epilog"):
         out.update(_prolog_job(job))
+    elif op == "taskenv":
+        out.update(_prolog_job(job))
+        out["cpus"] = _int(job, "cpus", 0, 1 << 20)
+        out["pid"] = _int(job, "pid", 1, 2**31)
+        out["nccl"] = _nccl_listing(job.get("nccl"))
     elif op == "health":
         gpus = job.get("gpus")
         if gpus is not None and (not isinstance(gpus, list) or len(gpus) > MAX_GPUS
@@ -119,8 +126,29 @@ def _prolog_job(job: dict[str, Any]) -> dict[str, Any]:
         raise ProtocolError(f"job.env must be an object of at most {MAX_ENV} string variables")
     conf = job.get("config")
     if not isinstance(conf, dict):
-        raise ProtocolError("job.config must be an object (source, digest)")
-    return {"env": dict(env), "config": {"source": _str(conf, "source", 4096), "digest": _str(conf, "digest", 64)}}
+        raise ProtocolError("job.config must be an object (source, digest or file)")
+    # digest: the Python hook's effective settings; file: the compiled client's CRC-32 and length of the file
+    return {"env": dict(env), "config": {"source": _str(conf, "source", 4096), "digest": _str(conf, "digest", 64),
+                                         "file": _str(conf, "file", 64)}}
+
+
+MAX_NCCL_DIRS = 64
+MAX_NCCL_NAMES = 32
+
+
+def _nccl_listing(v: Any) -> dict[str, Any]:
+    """What a task saw of NCCL: {"dirs": {dir: [names]}, "wheels": [names]}, bounded."""
+    v = {} if v is None else v
+    dirs, wheels = (v.get("dirs", {}), v.get("wheels", [])) if isinstance(v, dict) else (None, None)
+
+    def names_ok(x: Any) -> bool:
+        return isinstance(x, list) and len(x) <= MAX_NCCL_NAMES and all(isinstance(n, str) and len(n) <= 256 for n in x)
+
+    if (not isinstance(dirs, dict) or len(dirs) > MAX_NCCL_DIRS or not names_ok(wheels)
+            or any(not isinstance(d, str) or len(d) > 4096 or not names_ok(n) for d, n in dirs.items())):
+        raise ProtocolError(f"job.nccl must be {{dirs: {{dir: [names]}}, wheels: [names]}} of at most "
+                            f"{MAX_NCCL_DIRS} directories and {MAX_NCCL_NAMES} names each")
+    return {"dirs": {d: list(n) for d, n in dirs.items()}, "wheels": list(wheels)}
 
 
 def parse_request(frame: bytes) -> Request:

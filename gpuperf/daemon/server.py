@@ -40,7 +40,7 @@ from gpuperf.daemon.channels import Channels, pub_endpoint  # noqa: F401 - part 
 from gpuperf.daemon.chores import Chore, Chores, JobDirPruner, Ticks
 from gpuperf.daemon.handover import Handover
 from gpuperf.daemon.jobs import Jobs, NodeFacts, Registry, RunningJob  # noqa: F401 - part of this module's interface
-from gpuperf.daemon.ops import Access, Ops, PrologSteps
+from gpuperf.daemon.ops import Access, EpilogSteps, Ops, PrologSteps, TaskEnv
 from gpuperf.daemon.sampling import Energy, Sweeper, read_energy
 from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock  # noqa: F401
 from gpuperf.daemon.store import Store
@@ -83,15 +83,17 @@ class Daemon:
     ``prolog``: the prolog's steps for its fast path (``gpuperf.prolog.indaemon.run``), handed in by
     ``gpuperf daemon`` (``commands/daemon.py``): the hooks sit above the daemon and it imports none of
     them. Without them the daemon declines every fast-path request and each prolog runs its steps itself.
+    ``epilog`` and ``taskenv`` likewise answer the compiled hook client's epilog and TaskProlog
+    (``gpuperf.epilog.indaemon.run``, ``gpuperf.prolog.taskdaemon.run``).
     """
 
     def __init__(self, cfg: Any, sampler: Sampler, node: str | None = None,
                  health_fn: HealthFn | None | bool = True,
                  attributor: Attributor | None = None, clock: Callable[[], float] = time.time,
                  metrics: bool = True, send_summaries: bool = True, xid_source: Any = True,
-                 prolog: PrologSteps | None = None):
+                 prolog: PrologSteps | None = None, epilog: EpilogSteps | None = None, taskenv: TaskEnv | None = None):
         self.cfg = cfg
-        self.prolog = prolog
+        self.prolog, self.epilog, self.taskenv = prolog, epilog, taskenv
         self.sampler = sampler
         self.clock = clock           # replaceable (benchmarks run on sample time): every part reads it through _now
         self.log = log.get("daemon")
@@ -232,7 +234,8 @@ class Daemon:
                           xid_source=self.xid_source, view=self.view, pub=channels.pub, stats=self.stats, log=lg)
         ops = Ops(access=self.access, jobs=jobs, store=store, handover=handover, view=self.view,
                   health=lambda: self.health, facts=self.facts, sampler=self.sampler, clock=self._now,
-                  started=self.started, stats=self.stats, cfg=cfg, log=lg, prolog=self.prolog)
+                  started=self.started, stats=self.stats, cfg=cfg, log=lg, prolog=self.prolog,
+                  epilog=self.epilog, taskenv=self.taskenv)
         self._threads.append(self.deliveries.thread())
         if self._health is not None:
             self._threads.append(self._health.thread())
@@ -285,8 +288,9 @@ class Daemon:
                 self.log.warning("sweep took %.3f s (interval %.3f s): %d tick(s) skipped", took, self.interval_s, skipped)
 
 
-def serve(cfg: Any, backend: str | None = None, prolog: PrologSteps | None = None) -> int:
-    """Run the node daemon until SIGTERM/SIGINT (``gpuperf daemon``); ``prolog`` as ``Daemon`` takes it."""
+def serve(cfg: Any, backend: str | None = None, prolog: PrologSteps | None = None,
+          epilog: EpilogSteps | None = None, taskenv: TaskEnv | None = None) -> int:
+    """Run the node daemon until SIGTERM/SIGINT (``gpuperf daemon``); the hooks' steps as ``Daemon`` takes them."""
     from gpuperf.samplers import SamplerUnavailable, open_sampler
 
     lg = log.get("daemon")
@@ -295,7 +299,7 @@ def serve(cfg: Any, backend: str | None = None, prolog: PrologSteps | None = Non
     except SamplerUnavailable as e:
         lg.error("no sampler: %s", e)
         return 2
-    d = Daemon(cfg, sampler, prolog=prolog)
+    d = Daemon(cfg, sampler, prolog=prolog, epilog=epilog, taskenv=taskenv)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: d.stop())
     try:

@@ -30,12 +30,12 @@ def soname_version(name: str) -> Version | None:
     return parse_version(".".join(parts))
 
 
-def nccl_in_dirs(dirs: list[str], label: str) -> tuple[Version | None, str | None]:
+def nccl_in_dirs(dirs: list[str], label: str, listing: Listing | None = None) -> tuple[Version | None, str | None]:
     """The newest ``libnccl.so.X.Y.Z`` in these directories, and where it was found."""
     best: tuple[Version, str] | None = None
     for d in dirs:
         try:
-            names = os.listdir(d)
+            names = listing.listdir(d) if listing is not None else os.listdir(d)
         except OSError:  # absent, not a directory, unreadable: nothing found there
             continue
         for name in names:
@@ -45,35 +45,59 @@ def nccl_in_dirs(dirs: list[str], label: str) -> tuple[Version | None, str | Non
     return best if best else (None, None)
 
 
-def nccl_from_env(environ: Mapping[str, str]) -> tuple[Version | None, str | None]:
+def nccl_from_env(environ: Mapping[str, str], listing: Listing | None = None) -> tuple[Version | None, str | None]:
     """The job's NCCL as its environment shows it: NCCL_VERSION (NGC images), LD_LIBRARY_PATH, conda, venv wheel.
 
     Best effort: a NCCL inside a container image, or in a venv activated only later by the job
-    script, cannot be seen from a TaskProlog.
+    script, cannot be seen from a TaskProlog. ``listing``: what the task itself saw in those directories
+    (the daemon answering a TaskProlog's request must not list what a root process may read and the
+    job's user may not); None: list them here.
     """
     v = parse_version(environ.get("NCCL_VERSION"))
     if v:
         return v, "NCCL_VERSION in the job's environment"
     dirs = [d for d in (environ.get("LD_LIBRARY_PATH") or "").split(":") if d]
     if dirs:
-        v, src = nccl_in_dirs(dirs, "LD_LIBRARY_PATH:")
+        v, src = nccl_in_dirs(dirs, "LD_LIBRARY_PATH:", listing)
         if v:
             return v, src
     if environ.get("CONDA_PREFIX"):
-        v, src = nccl_in_dirs([os.path.join(environ["CONDA_PREFIX"], "lib")], "conda:")
+        v, src = nccl_in_dirs([os.path.join(environ["CONDA_PREFIX"], "lib")], "conda:", listing)
         if v:
             return v, src
     venv = environ.get("VIRTUAL_ENV")
     if venv:
-        import glob  # a venv's wheels: a pattern over two directory levels (the rarer case)
-        import re
+        import re  # a venv's wheels (the rarer case)
 
-        pat = os.path.join(glob.escape(venv), "lib", "python3*", "site-packages", "nvidia_nccl_cu*.dist-info")
-        for path in sorted(glob.glob(pat), reverse=True):
-            m = re.search(_DISTINFO, os.path.basename(path))
+        names = listing.wheels if listing is not None else venv_wheels(venv)
+        for name in sorted(names, reverse=True):
+            m = re.search(_DISTINFO, name)
             if m:
-                return parse_version(m.group(1)), f"venv wheel {os.path.basename(path)}"
+                return parse_version(m.group(1)), f"venv wheel {name}"
     return None, None
+
+
+def venv_wheels(venv: str) -> list[str]:
+    """Names of the NCCL wheels' dist-info directories in a venv's site-packages."""
+    import glob  # a pattern over two directory levels
+
+    pat = os.path.join(glob.escape(venv), "lib", "python3*", "site-packages", "nvidia_nccl_cu*.dist-info")
+    return [os.path.basename(p) for p in glob.glob(pat)]
+
+
+class Listing:
+    """What a task listed itself: directory -> its ``libnccl.so.*`` names, and its venv's NCCL wheels."""
+
+    __slots__ = ("dirs", "wheels")
+
+    def __init__(self, dirs: Mapping[str, list[str]], wheels: list[str]):
+        self.dirs, self.wheels = dict(dirs), list(wheels)
+
+    def listdir(self, d: str) -> list[str]:
+        """The names seen in ``d``; OSError when the task could not list it."""
+        if d not in self.dirs:
+            raise FileNotFoundError(d)
+        return self.dirs[d]
 
 
 def nccl_system() -> tuple[Version | None, str | None]:

@@ -46,16 +46,27 @@ def job_series(cfg: Any, job_id: int) -> dict | None:
 
 def step(ctx: Any, cfg: Any, state: Any) -> None:
     """Finalise and deliver; never fails the job."""
+    def call(job: dict[str, Any]) -> dict[str, Any]:
+        if state.daemon_down:  # the compiled client found no daemon a moment ago: leave the marker now
+            raise client.DaemonUnavailable(state.daemon_down)
+        return client.call(cfg, "finalize", job)
+
+    finalize_with(ctx, cfg, state, call, time.time())
+
+
+def finalize_with(ctx: Any, cfg: Any, state: Any, call: Any, end: float) -> None:
+    """The step with ``call(job) -> reply`` asking the daemon to finalise (raises ``client.DaemonUnavailable``):
+    over a socket from the epilog's process, or directly when the daemon runs the epilog itself."""
     if ctx.job_id is None:
         return
     if not ctx.gpus and not cfg.report.cpu_jobs:
         # the prolog registered nothing (gpuperf.prolog.register.wanted): no summary, no AdminComment
         state.data["finalize"] = {"ok": True, "skipped": "no GPU on this node"}
         return
-    job = {"job_id": ctx.job_id, "end": time.time(), "exit_code": ctx.exit_code}
+    job = {"job_id": ctx.job_id, "end": end, "exit_code": ctx.exit_code}
     context = context_of(ctx, cfg)
     try:
-        reply = client.call(cfg, "finalize", {**job, "deliver": True})
+        reply = call({**job, "deliver": True})
     except client.DaemonUnavailable as e:
         from gpuperf.files import log
         from gpuperf.daemon import deliver

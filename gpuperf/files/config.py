@@ -45,6 +45,9 @@ class Config:
         # set when the file was broken and defaults are used: destructive actions (drain) stay off
         self.degraded = False
         self.error: str | None = None
+        # the file's CRC-32 and length ("%08x-%d"), as the compiled hook client sends them: the daemon
+        # runs a hook's steps only for the very file it loaded; None for defaults
+        self.file_key: str | None = None
         self._ns: dict[str, SimpleNamespace] = {}
 
     def __getattr__(self, name: str) -> SimpleNamespace:
@@ -211,7 +214,16 @@ def load(path: str | None = None) -> Config:
 
 def from_bytes(data: bytes, path: str) -> Config:
     """What ``load`` makes of a config file with these bytes (raises ConfigError)."""
-    return _apply_env(parse(data.decode("utf-8", errors="replace"), path))
+    cfg = _apply_env(parse(data.decode("utf-8", errors="replace"), path))
+    cfg.file_key = file_key(data)
+    return cfg
+
+
+def file_key(data: bytes) -> str:
+    """A config file's identity as the hooks' compiled client computes it: CRC-32 and length."""
+    import zlib
+
+    return f"{zlib.crc32(data):08x}-{len(data)}"
 
 
 def load_or_defaults(path: str | None = None) -> Config:

@@ -19,6 +19,11 @@ import os
 from gpuperf import __version__
 from gpuperf.files import config, jsonlite
 
+TYPE_CHECKING = False  # typing costs a hook's start
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
 SYSTEM_CACHE = "/run/gpuperf/config.cache.json"
 _SCHEMA = "gpuperf.hookconf.v1"
 
@@ -104,3 +109,23 @@ def load_or_defaults(path: str | None = None) -> config.Config:
         return cfg
     _store(cpath, key, p, cfg, mode)
     return cfg
+
+
+def config_mismatch(cfg: Any, sent: Mapping[str, Any], hook_env: Mapping[str, str],
+                    daemon_env: Mapping[str, str]) -> str | None:
+    """Why the hook's settings may differ from the daemon's (None: they are the same).
+
+    The Python hook sends the digest of its effective settings; the compiled client sends the file's
+    CRC-32 and length (``file``), which prove the same settings only for the same path and the same
+    ``GPUPERF_SYSFS_ROOT`` (the one environment variable a config load reads)."""
+    if cfg.degraded:
+        return "the daemon runs with a broken config"
+    if sent.get("file") is not None and sent.get("digest") is None:
+        same = (sent["file"] == cfg.file_key and sent.get("source") == cfg.source
+                and hook_env.get("GPUPERF_SYSFS_ROOT") == daemon_env.get("GPUPERF_SYSFS_ROOT"))
+    else:
+        same = sent.get("digest") == config.digest(cfg)
+    if not same:
+        return (f"the hook's settings ({sent.get('source')}) differ from the daemon's ({cfg.source}): "
+                "restart gpuperf-daemon after a config change")
+    return None

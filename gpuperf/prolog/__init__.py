@@ -23,10 +23,13 @@ def _run() -> int:
 
     from gpuperf.prolog import fast
 
-    try:
-        outcome = fast.try_daemon(os.environ)
-    except Exception as e:  # noqa: BLE001 - the fast path's failure costs only speed
-        outcome = fast.Outcome(why=f"fast path failed: {type(e).__name__}: {e}")
+    # the compiled client (gpuperf-hook) already asked the daemon: do not ask again
+    outcome = fast.client_outcome(os.environ.get("GPUPERF_HOOK_FALLBACK"))
+    if outcome is None:
+        try:
+            outcome = fast.try_daemon(os.environ)
+        except Exception as e:  # noqa: BLE001 - the fast path's failure costs only speed
+            outcome = fast.Outcome(why=f"fast path failed: {type(e).__name__}: {e}")
     if outcome.exit_code is not None:
         return outcome.exit_code
     from gpuperf.hookbase.hook import HookState, run_hook

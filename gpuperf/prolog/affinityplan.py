@@ -143,7 +143,13 @@ def step(ctx: JobContext, cfg: Config, state: HookState) -> None:
         plans = [affinity.AffinityPlan(tasks=1, noop=why)]
     else:
         topology = load_topology(cfg)
-        alloc, plans = build(ctx, cfg, topology, *job_cpus(ctx, cfg, topology))
+        node_why = affinity.node_noop(topology)
+        if node_why:
+            # nothing to pin on this node: the job's CPUs (a cgroup glob, else scontrol: ~10 ms) are not needed
+            alloc = affinity.Allocation(gpus=tuple(ctx.gpus), cpus=(), cpus_source="not needed")
+            plans = [affinity.AffinityPlan(tasks=1, noop=node_why)]
+        else:
+            alloc, plans = build(ctx, cfg, topology, *job_cpus(ctx, cfg, topology))
     jdir = jobstate.job_dir(cfg.general.run_dir, ctx.job_id)
     _write_atomic(jdir / PLAN_FILE, affinity.plan_text(ctx.job_id, alloc, plans), ctx.uid)
     _applied_dir(jdir / APPLIED_DIR, ctx.uid)

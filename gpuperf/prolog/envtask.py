@@ -25,11 +25,14 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def cpus_of_task(environ: Mapping[str, str]) -> int | None:
-    """The task's CPUs: what it asked for (SLURM_CPUS_PER_TASK), else the CPUs it may run on."""
+def cpus_of_task(environ: Mapping[str, str], allowed: int | None = None) -> int | None:
+    """The task's CPUs: what it asked for (SLURM_CPUS_PER_TASK), else the CPUs it may run on (``allowed``:
+    as the task counted them; None: this process's)."""
     v = environ.get("SLURM_CPUS_PER_TASK", "")
     if v.isdigit() and int(v) > 0:
         return int(v)
+    if allowed is not None:
+        return allowed or None
     try:
         return len(os.sched_getaffinity(0)) or None
     except OSError:
@@ -44,11 +47,11 @@ def gpus_of_task(environ: Mapping[str, str], fallback: int = 1) -> int:
     return max(1, fallback)
 
 
-def version_for_task(cfg: Any, cache: dict[str, Any] | None, environ: Mapping[str, str]):
+def version_for_task(cfg: Any, cache: dict[str, Any] | None, environ: Mapping[str, str], listing: Any = None):
     """The NCCL the task will most likely load: its environment's, the config's, else the node's."""
     from gpuperf.env.ncclver import nccl_from_env  # light: directory listings, no glob or re
 
-    v, src = nccl_from_env(environ)
+    v, src = nccl_from_env(environ, listing)
     if v:
         return v, src
     v = env_plan.parse_version(getattr(cfg.env, "nccl_version", "") or None)
@@ -61,13 +64,17 @@ def version_for_task(cfg: Any, cache: dict[str, Any] | None, environ: Mapping[st
     return None, None
 
 
-def task_plan(cache: dict[str, Any], cfg: Any, environ: Mapping[str, str], job_gpus: int = 1) -> EnvPlan:
-    """The cached plan finished for one task (per-task values, NCCL version, the user's variables win)."""
+def task_plan(cache: dict[str, Any], cfg: Any, environ: Mapping[str, str], job_gpus: int = 1,
+              allowed_cpus: int | None = None, listing: Any = None) -> EnvPlan:
+    """The cached plan finished for one task (per-task values, NCCL version, the user's variables win).
+
+    ``allowed_cpus`` and ``listing``: what the task saw itself (its CPU count, its NCCL directories), when
+    the daemon finishes the plan for it; None: this process is the task."""
     plan = EnvPlan.from_dict(cache)
     if plan.disabled:
         return plan
-    v, src = version_for_task(cfg, cache, environ)
-    plan = env_plan.finalize_task(plan, env_plan.user_set(environ), cpus_of_task(environ),
+    v, src = version_for_task(cfg, cache, environ, listing)
+    plan = env_plan.finalize_task(plan, env_plan.user_set(environ), cpus_of_task(environ, allowed_cpus),
                                    gpus_of_task(environ, job_gpus), v, src)
     return _keep_affinity_omp(plan, environ)
 
@@ -119,48 +126,59 @@ def read_cache(cfg: Any, job_id: int) -> dict[str, Any] | None:
     return safeio.read_json(_cache_file(cfg, job_id))
 
 
-def step(ctx: Any, cfg: Any, state: Any) -> None:
-    """TaskProlog step: print ``export`` lines for the cached plan (nothing when off or absent)."""
+class TaskOutput:
+    """What the TaskProlog prints for one task, what it did (the hook's record), and the step's record
+    (None when the step has one already or nothing was planned)."""
+
+    __slots__ = ("text", "data", "step_path", "step_record")
+
+    def __init__(self, text: str, data: dict[str, Any], step_path: str | None = None,
+                 step_record: dict[str, Any] | None = None):
+        self.text, self.data, self.step_path, self.step_record = text, data, step_path, step_record
+
+
+def task_output(ctx: Any, cfg: Any, environ: Mapping[str, str], cache: dict[str, Any] | None,
+                allowed_cpus: int | None = None, listing: Any = None) -> TaskOutput:
+    """The TaskProlog's decision for one task with this environment and the job's cached plan (no I/O but
+    the NCCL directory listing when ``listing`` is None); the daemon answers a TaskProlog with it too."""
     why = off_reason(ctx, cfg)
-    cache = None if why or ctx.job_id is None else read_cache(cfg, ctx.job_id)
-    if cache is None:
+    if why or cache is None:
         # off for this step (srun --gpuperf=off, GPUPERF=off exported later): take back what an
         # earlier step injected and this one inherited; the user's own values are not ours to touch
-        undo = env_plan.injected(os.environ) if why else []
-        if undo:
-            sys.stdout.write("".join(f"unset {n}\n" for n in undo + [env_plan.MARKER]))
-            sys.stdout.flush()
-        state.data["env"] = {"exported": [], "unset": undo, "disabled": why or "no cached plan for this job"}
-        return
-    plan = task_plan(cache, cfg, os.environ, len(ctx.gpus) or 1)
+        undo = env_plan.injected(environ) if why else []
+        text = "".join(f"unset {n}\n" for n in undo + [env_plan.MARKER]) if undo else ""
+        return TaskOutput(text, {"exported": [], "unset": undo, "disabled": why or "no cached plan for this job"})
+    plan = task_plan(cache, cfg, environ, len(ctx.gpus) or 1, allowed_cpus, listing)
     pairs = exports(plan)
     out = [f"export {n}={v}" for n, v in pairs]
     if pairs and cfg.env.notice:
         names = ", ".join(n for n, _ in pairs[:-1])
         out.append(f"print gpuperf: set {names} for this node (GPUPERF=off to opt out; `gpuperf env --explain` says why)")
-    if out:
-        sys.stdout.write("\n".join(out) + "\n")
-        sys.stdout.flush()
     record = {"exported": pairs[:-1], "disabled": plan.disabled,
               "user_kept": sorted(s.name for s in plan.skipped if s.reason == env_plan.USER_WINS)}
-    state.data["env"] = record
-    _record_step(cfg, ctx, record)
-
-
-def _record_step(cfg: Any, ctx: Any, record: dict[str, Any]) -> None:
-    """Once per step and node: what was exported, into the job's user-owned env/ dir, for the report."""
     step_id = ctx.step_id or "unknown"
     path = os.path.join(jobstate.job_path(cfg.general.run_dir, ctx.job_id), TASK_DIR, f"step-{step_id}.json")
-    if os.path.exists(path):
-        return
     # forced variables the user set (NCCL_ALGO=Tree, ...) are what a report most needs to mention
-    forced = {n: os.environ[n] for n in env_plan.user_set(os.environ)
+    forced = {n: environ[n] for n in env_plan.user_set(environ)
               if n in env_plan.FORCE_REQUIRED and n != "CUDA_VISIBLE_DEVICES"}  # Slurm sets that one
-    rec = dict(record, step=step_id, user_forced=forced)
-    try:
-        jobstate.write_json(path, rec, mode=0o600)
-    except OSError:
-        pass  # the report says "not recorded"; the task must not fail over it
+    return TaskOutput("\n".join(out) + "\n" if out else "", record, path,
+                      dict(record, step=step_id, user_forced=forced))
+
+
+def step(ctx: Any, cfg: Any, state: Any) -> None:
+    """TaskProlog step: print ``export`` lines for the cached plan (nothing when off or absent)."""
+    cache = None if off_reason(ctx, cfg) or ctx.job_id is None else read_cache(cfg, ctx.job_id)
+    out = task_output(ctx, cfg, os.environ, cache)
+    if out.text:
+        sys.stdout.write(out.text)
+        sys.stdout.flush()
+    state.data["env"] = out.data
+    if out.step_path and out.step_record is not None and not os.path.exists(out.step_path):
+        # once per step and node: what was exported, into the job's user-owned env/ dir, for the report
+        try:
+            jobstate.write_json(out.step_path, out.step_record, mode=0o600)
+        except OSError:
+            pass  # the report says "not recorded"; the task must not fail over it
 
 
 def exports_for(ctx: Any, cfg: Any, environ: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -32,6 +32,20 @@ class Outcome:
         self.exit_code, self.why, self.daemon_down = exit_code, why, daemon_down
 
 
+def client_outcome(value: str | None) -> Outcome | None:
+    """What the compiled client's fallback says (``hookbase.fallback``): the daemon declined or is down (the
+    fast path is not tried again), or None: ask the daemon here (the client could not, or there was none)."""
+    from gpuperf.hookbase import fallback
+
+    got = fallback.parse(value)
+    if got is None or got[0] == "client":
+        return None
+    kind, why = got
+    if kind == "declined":
+        return Outcome(why=why or "the daemon declined")
+    return Outcome(why=f"daemon unavailable: {why}", daemon_down=True)
+
+
 def try_daemon(environ: Mapping[str, str]) -> Outcome:
     """Ask the daemon to run this prolog; never raises for a daemon that is absent, slow or refusing."""
     import os

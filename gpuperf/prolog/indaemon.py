@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from gpuperf.files import config, log
-from gpuperf.hookbase import jobctx
+from gpuperf.hookbase import hookconf, jobctx
 from gpuperf.checks import base
 from gpuperf.hookbase.hook import HookState, record_state, run_steps
 from gpuperf.prolog import health as health_step
@@ -24,13 +24,14 @@ from gpuperf.prolog import register as register_step
 PLAN_STEPS = [("env", "gpuperf.prolog.envplan:step"), ("affinity", "gpuperf.prolog.affinityplan:step")]
 
 
-def decline_reason(cfg: Any, sent: Mapping[str, Any], cached: dict[str, Any] | None, now: float) -> str | None:
+def decline_reason(cfg: Any, sent: Mapping[str, Any], cached: dict[str, Any] | None, now: float,
+                   hook_env: Mapping[str, str] | None = None, daemon_env: Mapping[str, str] | None = None) -> str | None:
     """Why the daemon must not run this prolog (the hook runs it itself); None when it may."""
-    if cfg.degraded:
-        return "the daemon runs with a broken config"
-    if sent.get("digest") != config.digest(cfg):
-        return (f"the hook's settings ({sent.get('source')}) differ from the daemon's ({cfg.source}): "
-                "restart gpuperf-daemon after a config change")
+    import os
+
+    why = hookconf.config_mismatch(cfg, sent, hook_env or {}, os.environ if daemon_env is None else daemon_env)
+    if why:
+        return why
     if cached is None:
         return "no health result in the daemon yet"
     if "error" in cached:
@@ -51,7 +52,7 @@ def run(cfg: Any, job: Mapping[str, Any], cached_health: dict[str, Any] | None,
     "steps": {name: {ok, ms}}}`` after the job's files (env cache, affinity plan, record) are written.
     """
     now = time.time() if now is None else now
-    why = decline_reason(cfg, job["config"], cached_health, now)
+    why = decline_reason(cfg, job["config"], cached_health, now, job["env"])
     if why:
         return {"done": False, "why": why}
     env = job["env"]
