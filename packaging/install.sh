@@ -39,5 +39,12 @@ for h in gpuperf gpuperf-prolog gpuperf-epilog gpuperf-taskprolog gpuperf-epilog
   ln -sfn "../venv/bin/$h" "$prefix/bin/$h"
 done
 bash "$here/packaging/build-spank.sh" || echo "gpuperf: SPANK plugin not built; gpuperf-run still pins" >&2
+# Prolog, Epilog, TaskProlog: the C client (no interpreter start when the daemon serves), which execs the
+# venv's Python hook otherwise; without it, the venv's hooks themselves
+if bash "$here/packaging/build-hook.sh"; then
+  for h in gpuperf-prolog gpuperf-epilog gpuperf-taskprolog; do ln -sfn gpuperf-hook "$prefix/bin/$h"; done
+else
+  echo "gpuperf: gpuperf-hook not built; the Prolog, Epilog and TaskProlog run the venv's Python hooks" >&2
+fi
 chmod -R o+rX "$prefix"
 echo "gpuperf installed in $prefix/venv ($("$prefix/venv/bin/gpuperf" --version))"

@@ -2,7 +2,7 @@
 # Make the bundle tests/gpu/node.sh installs from on a GPU machine without network (run here, on
 # Debian 12 with network): Slurm 22.05 + munge + MariaDB .debs (debs/), gpuperf's dependencies as
 # cp312 manylinux x86_64 wheels (whl/, the GPU image's Python is 3.12), the SPANK plugin built
-# against Debian's headers (lib/). About 26 MB.
+# against Debian's headers and the C hook client gpuperf-hook (lib/). About 26 MB.
 #   bash tests/gpu/bundle.sh OUT_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -18,4 +18,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 --platform manylinux1_x86_64 -d "$out/whl" $pins
 GPUPERF_PREFIX=$out bash "$here/packaging/build-spank.sh" --out "$out/lib" >/dev/null
+bash "$here/packaging/build-hook.sh" --out "$out/lib" >/dev/null
 du -sh "$out"

@@ -34,10 +34,18 @@ if [ ! -x "$p/venv/bin/python" ]; then
   printf '#!%s\nimport sys\nfrom gpuperf.cli import main\nsys.exit(main())\n' "$vpy" > "$p/venv/bin/gpuperf"
   printf '#!%s\nimport sys\nfrom gpuperf.wrappers.run import main\nsys.exit(main())\n' "$vpy" > "$p/venv/bin/gpuperf-run"
   chmod 755 "$p"/venv/bin/gpuperf*
-  for h in gpuperf gpuperf-prolog gpuperf-epilog gpuperf-taskprolog gpuperf-epilog-slurmctld gpuperf-run; do
+  for h in gpuperf gpuperf-epilog-slurmctld gpuperf-run; do
     ln -sfn "../venv/bin/$h" "$p/bin/$h"
   done
   cp "$bundle/lib/gpuperf_spank.so" "$p/lib/"
+  # the hooks as packaged: the C client, which execs ../venv/bin/<hook> when the daemon cannot serve
+  # (a bundle made before gpuperf-hook existed: the venv's hooks themselves)
+  if [ -x "$bundle/lib/gpuperf-hook" ]; then
+    install -m 0755 "$bundle/lib/gpuperf-hook" "$p/bin/gpuperf-hook"
+    for h in gpuperf-prolog gpuperf-epilog gpuperf-taskprolog; do ln -sfn gpuperf-hook "$p/bin/$h"; done
+  else
+    for h in gpuperf-prolog gpuperf-epilog gpuperf-taskprolog; do ln -sfn "../venv/bin/$h" "$p/bin/$h"; done
+  fi
   # bytecode now, as pip does: the image sets PYTHONDONTWRITEBYTECODE=1, and hooks that compile
   # gpuperf from source on every run cost a job 60-90 ms more (measured on an H100)
   "$vpy" -m compileall -q "$p/src" "$p/site" >/dev/null || true

@@ -89,7 +89,7 @@ def test_deb_holds_nothing_outside_its_places_and_everything_it_promises():
     for h in HOOKS:
         assert f"/opt/gpuperf/bin/{h}" in names, h
         assert f"/opt/gpuperf/venv/bin/{h}" in names, f"/opt/gpuperf/bin/{h} would dangle"
-    for f in ("/opt/gpuperf/lib/gpuperf_spank.so", "/opt/gpuperf/venv/bin/python", "/etc/gpuperf/config.toml",
+    for f in ("/opt/gpuperf/lib/gpuperf_spank.so", "/opt/gpuperf/bin/gpuperf-hook", "/opt/gpuperf/venv/bin/python", "/etc/gpuperf/config.toml",
               "/etc/logrotate.d/gpuperf", "/lib/systemd/system/gpuperf-daemon.service",
               "/lib/systemd/system/gpuperf-collector.service"):
         assert f in names, f
