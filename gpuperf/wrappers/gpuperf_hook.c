@@ -570,6 +570,8 @@ static void build_request(void)
 	puts_raw("}");
 	if (mode == TASKPROLOG) {
 		char num[32];
+		snprintf(num, sizeof num, ",\"pid\":%d", (int)getpid());
+		puts_raw(num);
 		for (int size = 1024; size <= 65536; size *= 4) {
 			cpu_set_t *set = CPU_ALLOC(size);
 			if (set == NULL)
@@ -726,8 +728,9 @@ struct jval {
 	size_t n;
 	long long i;
 };
-static const char *const MEMBERS[] = {"v", "ok", "done", "exit_code", "why", "error", "out", "record_path", "record"};
-enum { M_V, M_OK, M_DONE, M_EXIT, M_WHY, M_ERROR, M_OUT, M_RECPATH, M_RECORD, M_COUNT };
+static const char *const MEMBERS[] = {"v",   "ok",     "done",        "exit_code",          "why",
+				     "error", "out", "record_path", "record", "hook_record_path", "hook_record"};
+enum { M_V, M_OK, M_DONE, M_EXIT, M_WHY, M_ERROR, M_OUT, M_RECPATH, M_RECORD, M_HOOKPATH, M_HOOKREC, M_COUNT };
 static struct jval got[M_COUNT];
 static char *jp, *jend;
 
@@ -963,15 +966,15 @@ static void write_all(int fd, const char *s, size_t n)
 	}
 }
 
-static void write_record(void)
+static void write_record(int path_member, int text_member)
 {
-	struct jval *p = &got[M_RECPATH], *r = &got[M_RECORD];
+	struct jval *p = &got[path_member], *r = &got[text_member];
 	if (p->t != J_STR || p->n == 0 || p->s[0] != '/' || memchr(p->s, '\0', p->n) != NULL || p->n >= PATH_MAX)
 		return;
 	char path[PATH_MAX];
 	memcpy(path, p->s, p->n);
 	path[p->n] = '\0';
-	/* the step's record, once: an existing file (another task of the step, a planted link) is left alone */
+	/* each record once: an existing file (another task of the step, a planted link) is left alone */
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;
@@ -1018,7 +1021,8 @@ int main(int argc, char **argv)
 		if (got[M_OUT].t != J_STR)
 			fallback("down", "reply without out");
 		write_all(1, got[M_OUT].s, got[M_OUT].n);
-		write_record();
+		write_record(M_RECPATH, M_RECORD);  /* the step's exports, for the report */
+		write_record(M_HOOKPATH, M_HOOKREC); /* this task's hook record (tasks/taskprolog.<pid>.json) */
 		return 0;
 	}
 	if (mode == EPILOG)

@@ -27,7 +27,8 @@ import zmq
 from gpuperf.files import config
 from gpuperf.daemon import client, protocol
 from gpuperf.daemon.server import Daemon
-from gpuperf.prolog import indaemon
+from gpuperf.epilog import indaemon as epilog_indaemon
+from gpuperf.prolog import indaemon, taskdaemon
 from gpuperf.samplers.base import GpuSample
 from otheruser import OtherUserPython
 
@@ -99,6 +100,8 @@ class Running:
         kw.setdefault("metrics", False)
         kw.setdefault("send_summaries", False)
         kw.setdefault("prolog", indaemon.run)   # as ``gpuperf daemon`` composes it
+        kw.setdefault("epilog", epilog_indaemon.run)
+        kw.setdefault("taskenv", taskdaemon.run)
         self.d = Daemon(cfg, sampler, node="n1", **kw)
         self.th = threading.Thread(target=self.d.run, daemon=True)
 
