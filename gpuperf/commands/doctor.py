@@ -183,6 +183,7 @@ def gather(role: str, node_name: str) -> Facts:
     if sc is not None:
         hooks = [p for k in HOOK_KEYS + CTLD_HOOK_KEYS for p in sc.get(k, "").split(",") if p not in ("", "(null)")]
         f["executable"] = {p: os.path.isfile(p) and os.access(p, os.X_OK) for p in hooks}
+        f["compiled"] = {p: _is_elf(p) for p in hooks}
         f["plugstack_path"], f["plugstack_default"] = plugstack_path(sc)
         f["plugstack_lines"] = read_plugstack(f["plugstack_path"])
         named = spank_plugin_paths(f["plugstack_lines"])
@@ -280,3 +281,12 @@ def run(args: argparse.Namespace) -> int:
     findings = diagnose(gather(args.role, node))
     print(json.dumps([asdict(x) for x in findings], indent=1) if args.json else render(findings))
     return exit_code(findings)
+
+
+def _is_elf(path: str) -> bool:
+    """The file (links followed) is a compiled program, not a script."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF"
+    except OSError:
+        return False

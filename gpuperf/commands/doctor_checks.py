@@ -89,6 +89,11 @@ def check_hooks(f: Facts) -> list[Finding]:
             if not f.get("executable", {}).get(path):
                 out.append(Finding("fail", "hooks", f"{key}={path} is not an executable file",
                                    "install gpuperf on this host (dpkg -i gpuperf_*.deb) or correct the path in slurm.conf"))
+            elif key in HOOK_KEYS and path.endswith(f"gpuperf-{key.lower()}") and f.get("compiled", {}).get(path) is False:
+                # the Python hook works, at an interpreter's start (15-20 ms) per job and per task
+                out.append(Finding("warn", "hooks", f"{key}={path} is the Python hook, not the compiled client "
+                                   "gpuperf-hook: each job start pays an interpreter's start",
+                                   "bash packaging/build-hook.sh (needs gcc), or reinstall the package"))
     return out or _ok("hooks", ", ".join(f"{k}={sc.get(k)}" for k in keys))
 
 

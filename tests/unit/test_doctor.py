@@ -155,6 +155,21 @@ def test_every_node_hook_unset_or_set():
     assert _finding(GOOD, "hooks").status == "ok"
 
 
+def test_a_python_node_hook_warns_that_the_compiled_client_is_missing(tmp_path):
+    from gpuperf.commands import doctor as doctor_cmd
+
+    script, elf = tmp_path / "gpuperf-prolog", tmp_path / "elf"
+    script.write_text("#!/opt/gpuperf/venv/bin/python3\n")
+    elf.write_bytes(b"\x7fELF\x02\x01\x01")
+    assert (doctor_cmd._is_elf(str(script)), doctor_cmd._is_elf(str(elf)), doctor_cmd._is_elf("/nonexistent")) == \
+        (False, True, False)
+    prolog = GOOD["slurm"]["Prolog"]
+    slow = _finding(dict(GOOD, compiled={prolog: False}), "hooks")
+    assert slow.status == "warn" and "not the compiled client" in slow.detail and "build-hook.sh" in slow.fix
+    assert _finding(dict(GOOD, compiled={prolog: True}), "hooks").status == "ok"
+    assert _finding(GOOD, "hooks").status == "ok"        # not known: nothing said
+
+
 def test_prolog_epilog_timeout_unset_is_slurms_no_limit():
     unset = _finding(dict(GOOD, slurm=dict(GOOD["slurm"], PrologEpilogTimeout="65534")), "prolog_timeout")
     assert unset.status == "warn" and "unset" in unset.detail
