@@ -125,9 +125,9 @@ def test_a_wide_interval_below_the_sizes_that_matter_is_a_possible_loss_not_sett
 
 
 def test_recorded_socket_table_rejects_2x2_or_carries_its_small_message_loss_in_the_rule(tmp_path):
-    """2x H200, TCP over loopback, 6 paired rounds (benchmarks/results/h200x2/tune-socket.json): 2x2 sockets
+    """2x H200, TCP over loopback, 6 paired rounds (benchmarks/results/h200x2/tune-socket-superseded.json, the table issue 29 replaced): 2x2 sockets
     win from 1 MiB but 8 KiB (0.622 [0.276, 1.400]) and 128 KiB (0.762 [0.516, 1.125]) may lose."""
-    rec = json.loads((REPO / "benchmarks/results/h200x2/tune-socket.json").read_text())
+    rec = json.loads((REPO / "benchmarks/results/h200x2/tune-socket-superseded.json").read_text())
     sets = {n: nb.SetResult.from_dict(d) for n, d in rec["sets"].items()}
     name = "NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2"
     v = tuning.decide(sets["baseline"], sets[name], rec["sizes"])

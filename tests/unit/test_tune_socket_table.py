@@ -1,5 +1,6 @@
 """benchmarks/tune_socket_table.py (issue 29): the socket-path tune table and its check against the acceptance
-rule, on the recorded 2x H200 run (benchmarks/results/h200x2/tune-socket.json) and variants of it."""
+rule, on the recorded 2x H200 runs (benchmarks/results/h200x2/tune-socket.json, every size 8 KiB-256 MiB; the
+superseded 5-size table it replaced, tune-socket-superseded.json) and variants of them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import tune_socket_table as tst  # noqa: E402
 
-RECORDED = REPO / "benchmarks" / "results" / "h200x2" / "tune-socket.json"
+RECORDED = REPO / "benchmarks" / "results" / "h200x2" / "tune-socket-superseded.json"
+COMMITTED = REPO / "benchmarks" / "results" / "h200x2" / "tune-socket.json"
 TWO = "NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2"
 
 
@@ -24,6 +26,19 @@ def test_the_old_table_accepted_a_setting_the_rule_rejects(tmp_path, capsys):
     rows = [l for l in md.splitlines() if l.startswith("| allreduce ")]
     assert len(rows) == 5 and rows[0].startswith("| allreduce 8 KiB | 0.289 [0.114, 0.729] loss | 0.622")
     assert "unsettled !" in rows[0]
+
+
+def test_the_committed_table_measures_every_size_and_follows_the_rule(tmp_path):
+    """The table the lent 2x H200 made on 2026-11-26: 16 sizes, queued, and no accepted setting that may lose."""
+    assert tst.main(["--from-json", str(COMMITTED), "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "tune-socket.md").read_text()
+    rows = [l for l in md.splitlines() if l.startswith("| allreduce ")]
+    assert len(rows) == 16 and rows[0].startswith("| allreduce 8 KiB") and rows[-1].startswith("| allreduce 256 MiB")
+    assert "Rule check: ok" in md and "Timing: queued; transport: socket" in md
+    rec = json.loads(COMMITTED.read_text())
+    assert not any(v["accepted"] for v in rec["verdicts"])
+    # the committed rendering is what the check renders from the record
+    assert (COMMITTED.parent / "tune-socket.md").read_text() == md
 
 
 def test_a_record_that_follows_the_rule_passes(tmp_path):
