@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from gpuperf.daemon import deliver as deliver_mod
 from gpuperf.daemon import protocol
 from gpuperf.daemon.handover import Handover
 from gpuperf.daemon.jobs import Jobs, NodeFacts
@@ -96,6 +97,7 @@ class Ops:
         self.stats, self.cfg, self.log = stats, cfg, log
         self.prolog = prolog   # the prolog's steps, for its fast path; None: every prolog runs them itself
         self.epilog, self.taskenv = epilog, taskenv   # likewise for the compiled client's epilog and TaskProlog
+        self.later: list[Callable[[], None]] = []      # work an op left for after its reply (``run_later``)
 
     def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
         """One request frame from caller ``uid`` on ``channel`` -> the reply (never raises)."""
@@ -181,10 +183,38 @@ class Ops:
             return protocol.error(f"job {req.job['job_id']} is not registered on this node")
         if not req.job.get("deliver"):
             return protocol.ok(aggregates=aggs, series=self.handover.phase_series(aggs))
-        outbox = self.handover.deliver_finalised(aggs, {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
-                                               "node": reg.get("node") or aggs.get("node"),
-                                               "exit_code": req.job.get("exit_code")})
-        return protocol.ok(queued=True, outbox=str(outbox) if outbox is not None else None)
+        context = {"job_id": job_id, "user": reg.get("user"), "uid": reg.get("uid"),
+                   "node": reg.get("node") or aggs.get("node"), "exit_code": req.job.get("exit_code")}
+        # the hand-over reads the job's series from the store and writes the outbox: milliseconds the job's
+        # end need not wait for. A pending marker written first stands for it until it is done: a daemon
+        # killed in between finalises and delivers the job again when it starts (Jobs.take_pending)
+        try:
+            marker = deliver_mod.write_pending(self.cfg.general.state_dir, "finalize",
+                                               {"job_id": job_id, "end": aggs.get("end"),
+                                                "exit_code": req.job.get("exit_code")}, context)
+        except OSError as e:
+            self.log.warning("job %s: no pending marker (%s): handed over before replying", job_id, e)
+            outbox = self.handover.deliver_finalised(aggs, context)
+            return protocol.ok(queued=True, outbox=str(outbox) if outbox is not None else None)
+        self.later.append(lambda: self._hand_over(aggs, context, marker))
+        return protocol.ok(queued=True, outbox=str(deliver_mod.outbox_dir(self.cfg.general.state_dir) / f"{job_id}.json"))
+
+    def _hand_over(self, aggs: dict[str, Any], context: dict[str, Any], marker: Any) -> None:
+        self.handover.deliver_finalised(aggs, context)
+        try:
+            marker.unlink()
+        except OSError:
+            pass
+
+    def run_later(self) -> None:
+        """What ops left for after their replies went out (the daemon's loop calls it after serving)."""
+        while self.later:
+            work = self.later.pop(0)
+            try:
+                work()
+            except Exception:  # noqa: BLE001 - one job's hand-over must not stop the daemon (its marker stays)
+                self.log.exception("deferred work failed")
+                self.store.rollback_quietly()
 
     def op_job(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Aggregates of one job, live while it runs."""

@@ -277,6 +277,7 @@ class Daemon:
         ticks = Ticks(self.interval_s)
         while not self._stop.is_set():
             o.channels.serve(ticks.wait_ms(POLL_CAP_MS), o.ops.handle)
+            o.ops.run_later()
             if not ticks.due():
                 continue
             began = time.monotonic()
