@@ -39,7 +39,7 @@ PROFILERS = (NSIGHT_COMPUTE, NSIGHT_SYSTEMS, CUPTI_INJECTION)   # the first foun
 # What a profiler puts in its target's environment (variable prefix "NAME=", the value it must have or
 # None for any non-empty one, the tool). Never what a CUDA base image sets (NV_CUDA_*, NV_LIBCUBLAS_*,
 # NV_CUDA_NSIGHT_COMPUTE_VERSION are in every process of such an image). Nsight Compute's three are in the
-# profiled process's environment on a real H100 (benchmarks/results/gpu/cost_h100.json, ncu.gpu_processes),
+# profiled process's environment on a real H100 (benchmarks/results/gpu/cost_h100_python_hooks.json, ncu.gpu_processes),
 # and programs that detect ncu test them; NV_TPS_LAUNCH_TOKEN only with ncu's value: Nsight Graphics sets
 # the same name to "Frame Debugger". Nsight Systems sets NSYS_PROFILING_SESSION_ID when its session starts,
 # beside CUDA_INJECTION64_PATH, which alone is any CUPTI injection library (CUDA loads it into the process).

@@ -2,7 +2,7 @@
 (``daemon.attribution.parse_environ_profiler``), folds those samples' activity figures as missing
 (``model.profiled``), and the diagnosis and the reports say so instead of classing the profiler's replays.
 
-Fixtures from the real run on an H100 (``benchmarks/results/gpu/cost_h100.json``, key ``ncu``): the
+Fixtures from the real run on an H100 (``benchmarks/results/gpu/cost_h100_python_hooks.json``, key ``ncu``: the run before the daemon marked profiled samples): the
 profiled process's environment names, and the daemon's readings of the GPU during the ncu job (its
 aggregates), which the report called ``input_bound`` with DataLoader advice.
 """
@@ -22,7 +22,7 @@ from gpuperf.report import html, mailtext, terminal
 from gpuperf.samplers.base import GpuSample
 
 REPO = Path(__file__).resolve().parents[2]
-NCU = json.loads((REPO / "benchmarks" / "results" / "gpu" / "cost_h100.json").read_text())["ncu"]
+NCU = json.loads((REPO / "benchmarks" / "results" / "gpu" / "cost_h100_python_hooks.json").read_text())["ncu"]
 PROC = NCU["gpu_processes"][0]
 # what Nsight Compute added to the profiled process (the rest is the image's, Slurm's and gpuperf's)
 NCU_ADDED = ("NV_NSIGHT_INJECTION_", "NV_TPS_", "NV_COMPUTE_PROFILER_", "NVIDIA_PROCESS_INJECTION_",
@@ -256,3 +256,15 @@ def test_the_phases_leave_the_profiled_points_out():
     summary["job"] = job_totals(summary["gpus"])
     d = diagnose(summary, series)
     assert d.cls == "compute_bound" and not d.phases and d.notes[0].startswith("a profiler (Nsight Compute)")
+
+
+def test_the_daemon_on_a_real_h100_folded_the_ncu_job_as_profiled_and_it_reads_no_data():
+    """The run after the fix (benchmarks/results/gpu/cost_h100.json, key ``ncu``): the daemon's own aggregates
+    of the job that ran Nsight Compute on its GPU; its summary from them is no_data with the note."""
+    real = json.loads((REPO / "benchmarks" / "results" / "gpu" / "cost_h100.json").read_text())["ncu"]
+    g = real["aggregates"]["gpus"]["0"]
+    assert g["profilers"] and g["profiled_s"] > g["seconds"] / 2
+    s = jobsummary.node_summary(real["aggregates"], {"job_id": real["job"], "node": "gpun1", "user": "u", "uid": 1001})
+    assert s["diagnosis"]["class"] == "no_data"
+    assert any("Nsight Compute" in n and "missing, not zero" in n for n in s["diagnosis"]["notes"])
+    assert "DataLoader" not in json.dumps(s["diagnosis"])
