@@ -10,6 +10,9 @@ dest=${1:-/work/main/.dev/multi}; bundle=${2:-/work/main/.dev/gpu/.bundle}
 [ -f "$bundle/lib/gpuperf_spank.so" ] && ls "$bundle"/debs/slurmd_*.deb >/dev/null 2>&1 \
   || { echo "prep_issue29: $bundle is not a bundle (bash tests/gpu/bundle.sh $bundle makes one)" >&2; exit 2; }
 mkdir -p "$dest"
+# untracked files count against the call's 64 MiB: the snapshot must be ignored (and carried) instead
+ex="$here/.git/info/exclude"
+if [ -d "$here/.git" ] && ! grep -qx '.dev/' "$ex" 2>/dev/null; then mkdir -p "$here/.git/info"; echo '.dev/' >> "$ex"; fi
 rsync -a --delete --exclude .git --exclude build --exclude .bundle --exclude '*.egg-info' --exclude __pycache__ \
   --exclude tests/data/nodes --exclude tests/data/recordings/zoo "$here/" "$dest/"
 rsync -a --delete "$bundle/" "$dest/.bundle/"
