@@ -123,3 +123,30 @@ def test_task_output_uses_what_the_task_listed_never_the_daemons_view(tmp_path):
     assert nccl_from_env(env, Listing({str(lib): ["libnccl.so.2.27.3"]}, []))[0] == (2, 27, 3)
     venv = {"VIRTUAL_ENV": "/nowhere"}
     assert nccl_from_env(venv, Listing({}, ["nvidia_nccl_cu12-2.21.5.dist-info"]))[0] == (2, 21, 5)
+
+
+def test_the_python_hooks_do_not_ask_again_what_the_client_asked(setup, monkeypatch):
+    cfg, _, _ = setup
+    from gpuperf import epilog, prolog
+
+    with Running(cfg, ScriptSampler(n=8), health_fn=lambda: HEALTHY) as r:
+        for k, v in job_env(501).items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("GPUPERF_HOOK_FALLBACK", "declined: the daemon said no")
+        assert prolog._run() == 0
+        rec = json.loads((Path(cfg.general.run_dir) / "jobs" / "501" / "prolog.json").read_text())
+        assert rec["data"]["fast_path"] == "the daemon said no" and rec["data"].get("via") is None
+        assert 501 in r.d.running                      # the full prolog registered it itself
+        # the client found no daemon: the epilog leaves its marker at once instead of asking again
+        monkeypatch.setenv("GPUPERF_HOOK_FALLBACK", "down: hook.sock: Connection refused")
+        assert epilog.main() == 0
+        assert 501 in r.d.running
+        fin = json.loads((Path(cfg.general.run_dir) / "jobs" / "501" / "epilog.json").read_text())["data"]
+        assert fin["fast_path"].startswith("down: ") and fin["finalize"]["ok"] is False
+        assert Path(fin["finalize"]["pending"]).name == "finalize-501.json"
+    # "client": the client could not ask (a config it does not read): the Python prolog asks itself
+    from gpuperf.prolog import fast
+
+    assert fast.client_outcome("client: a config line it does not read") is None
+    assert fast.client_outcome(None) is None and fast.client_outcome("garbage") is None
+    assert fast.client_outcome("down: x").daemon_down
