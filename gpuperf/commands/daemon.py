@@ -45,35 +45,38 @@ def run(args: argparse.Namespace) -> int:
     return serve(cfg, args.backend, prolog=prolog_steps(lg), epilog=epilog_step(lg), taskenv=taskenv_step(lg))
 
 
-def prolog_steps(logger):
-    """The prolog's steps for the daemon's fast path (``prolog.indaemon.run``), imported now so the first
-    job's prolog does not wait for them; None when they cannot be imported (each prolog then runs them)."""
+def _warm(logger, what: str, load):
+    """``load()`` (imports a hook's steps now, so the first job does not wait for them); None, logged, when
+    they cannot be imported: a broken install costs the daemon's service of that hook, never the daemon."""
     try:
-        from gpuperf.prolog import affinityplan, envplan, indaemon  # noqa: F401 - the steps it runs, warm
-    except Exception as e:  # noqa: BLE001 - a broken install costs the fast path, never the daemon
-        logger.error("prolog fast path unavailable: %s: %s", type(e).__name__, e)
+        return load()
+    except Exception as e:  # noqa: BLE001 - that hook then runs its steps in Python
+        logger.error("%s unavailable: %s: %s", what, type(e).__name__, e)
         return None
-    return indaemon.run
+
+
+def prolog_steps(logger):
+    """The prolog's steps for the daemon's fast path (``prolog.indaemon.run``); None when unavailable."""
+    def load():
+        from gpuperf.prolog import affinityplan, envplan, indaemon  # noqa: F401 - the steps it runs, warm
+        return indaemon.run
+    return _warm(logger, "prolog fast path", load)
 
 
 def epilog_step(logger):
-    """The epilog's step for the compiled hook client (``epilog.indaemon.run``); None when it cannot be imported."""
-    try:
+    """The epilog's step for the compiled hook client (``epilog.indaemon.run``); None when unavailable."""
+    def load():
         from gpuperf.epilog import indaemon
-    except Exception as e:  # noqa: BLE001 - each epilog then runs in Python
-        logger.error("epilog in the daemon unavailable: %s: %s", type(e).__name__, e)
-        return None
-    return indaemon.run
+        return indaemon.run
+    return _warm(logger, "epilog in the daemon", load)
 
 
 def taskenv_step(logger):
     """The TaskProlog's answer for the compiled hook client (``prolog.taskdaemon.run``); None when unavailable."""
-    try:
+    def load():
         from gpuperf.prolog import taskdaemon
-    except Exception as e:  # noqa: BLE001 - each TaskProlog then runs in Python
-        logger.error("TaskProlog in the daemon unavailable: %s: %s", type(e).__name__, e)
-        return None
-    return taskdaemon.run
+        return taskdaemon.run
+    return _warm(logger, "TaskProlog in the daemon", load)
 
 
 def _prepare_state_dir(cfg, logger) -> None:

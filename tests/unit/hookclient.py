@@ -131,3 +131,13 @@ class Server:
 def base_env(cfg: Path, **more: str) -> dict[str, str]:
     """A hook's environment: PATH, the config, and ``more``."""
     return {"PATH": "/usr/bin:/bin", "GPUPERF_CONFIG": str(cfg), **more}
+
+
+def built_client(tmp_path_factory) -> Path:
+    """The client compiled once per module (the ``exe`` fixtures); the test is skipped without gcc."""
+    import pytest
+
+    built = compile_hook(tmp_path_factory.mktemp("hookbuild"))
+    if built is None:
+        pytest.skip("gcc is not installed: gpuperf-hook cannot be built here")
+    return built

@@ -13,15 +13,12 @@ import stat
 import pytest
 
 from gpuperf.prolog import fast
-from hookclient import Server, base_env, compile_hook, config, fell_back, make_prefix, run_hook
+from hookclient import Server, base_env, built_client, config, fell_back, make_prefix, run_hook
 
 
 @pytest.fixture(scope="module")
 def exe(tmp_path_factory):
-    built = compile_hook(tmp_path_factory.mktemp("hookbuild"))
-    if built is None:
-        pytest.skip("gcc is not installed: gpuperf-hook cannot be built here")
-    return built
+    return built_client(tmp_path_factory)
 
 
 @pytest.fixture
