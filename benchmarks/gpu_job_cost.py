@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")]
 
 from figures import emit  # noqa: E402
+from job_timeline import SEGMENTS, hook_points, output_points, segments  # noqa: E402
 from gpunode import (bring_up, real_gpu_files, start_services, stop_services, tear_down, torch_python,
                      watch_processes, why_no_gpu)  # noqa: E402
 
@@ -96,25 +97,32 @@ def hook_ms(log: Path, job: int) -> dict[str, float]:
 
 
 def run_job(c, seconds: float, log: Path, kind: str = "gemm") -> dict:
-    """One job of ``kind`` (JOBS) as the test user: its throughput, submit->COMPLETED wall time, hook times."""
+    """One job of ``kind`` (JOBS) as the test user: its throughput, submit->COMPLETED wall time, hook times,
+    and where its wall time went (``job_timeline.segments``)."""
     script_name, sargs, tasks, metric = JOBS[kind]
     script = f"{c.torch_python} {c.workloads}/{script_name} --seconds {seconds}\n"
     if tasks:
         script = f"srun -n{tasks} {script}"
+    script = f"echo gp-t script0 $(date +%s.%N)\n{script}echo gp-t script1 $(date +%s.%N)\n"
     t0 = time.time()
     job = c.sbatch(script, *sargs, "--job-name=gp-cost", user=c.user)
+    points = {"submit": t0, "submitted": time.time()}
     state = None
     while time.time() - t0 < seconds + 120:
         state = c.job_state(job)
         if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
             break
         time.sleep(0.1)
-    wall = time.time() - t0
+    points["completed"] = time.time()
+    wall = points["completed"] - t0
     out = c.job_output(job)
     m = re.search(rf"\b{metric}=([\d.]+)", out)
     time.sleep(0.5)  # EpilogSlurmctld's line lands after COMPLETED
+    points.update(hook_points(log.read_text(), job))
+    points.update(output_points(out))
     return {"job": job, "state": state, "wall_s": round(wall, 3), metric: float(m.group(1)) if m else None,
-            "hooks_ms": hook_ms(log, job)}
+            "hooks_ms": hook_ms(log, job), "segments_s": segments(points),
+            "store_wait_s": points.get("wait")}
 
 
 def summarise(rows: list[dict], metric: str = "tflops") -> dict:
@@ -125,11 +133,28 @@ def summarise(rows: list[dict], metric: str = "tflops") -> dict:
     def added(r: dict, hooks: tuple[str, ...]) -> float:
         return sum(r["on"]["hooks_ms"].get(h, 0.0) for h in hooks) - sum(r["off"]["hooks_ms"].get(h, 0.0) for h in hooks)
 
+    def seg(r: dict, name: str) -> float | None:
+        return (r.get("segments_s") or {}).get(name)
+
+    def both(name: str) -> list[dict]:
+        return [r for r in ok if seg(r["on"], name) is not None and seg(r["off"], name) is not None]
+
     if not ok:
         return {"pairs_used": 0, "pairs_failed": len(rows)}
-    return {"pairs_used": len(ok), "pairs_failed": len(rows) - len(ok),
-            f"{metric}_ratio_on_off": interval([r["on"][metric] / r["off"][metric] for r in ok]),
-            "wall_ratio_on_off": interval([r["on"]["wall_s"] / r["off"]["wall_s"] for r in ok]),
+    timed = both("node_wall")
+    out = {"pairs_used": len(ok), "pairs_failed": len(rows) - len(ok),
+           f"{metric}_ratio_on_off": interval([r["on"][metric] / r["off"][metric] for r in ok]),
+           "wall_ratio_on_off": interval([r["on"]["wall_s"] / r["off"]["wall_s"] for r in ok])}
+    if timed:
+        # all the node spends on the job, Prolog's start to Epilog's end: the scheduler's pass and the
+        # benchmark's poll, which gpuperf does not touch, left out
+        out["node_wall_ratio_on_off"] = interval([seg(r["on"], "node_wall") / seg(r["off"], "node_wall") for r in timed])
+        out["segments_on_minus_off_ms"] = {
+            name: interval([1000 * (seg(r["on"], name) - seg(r["off"], name)) for r in both(name)])
+            for name, _, _ in SEGMENTS if both(name)}
+        out["segments_off_ms"] = {name: interval([1000 * seg(r["off"], name) for r in both(name)])
+                                  for name, _, _ in SEGMENTS if both(name)}
+    return {**out,
             "added_start_ms": interval([added(r, ("prolog", "taskprolog")) for r in ok]),
             "added_end_ms": interval([added(r, ("epilog",)) for r in ok]),
             "epilog_slurmctld_on_ms": interval([r["on"]["hooks_ms"].get("epilog-slurmctld", 0.0) for r in ok]),
@@ -137,14 +162,17 @@ def summarise(rows: list[dict], metric: str = "tflops") -> dict:
             f"{metric}_off": interval([r["off"][metric] for r in ok])}
 
 
-def set_mode(c, bench: Path, on: bool, saved_plugstack: str, spank_text: str, procs: list) -> list:
-    """gpuperf fully on (hooks run, SPANK plugin, daemon + collector) or fully off."""
+def set_mode(c, bench: Path, on: bool, saved_plugstack: str, spank_text: str, procs: list,
+             settle_s: float = 0.0) -> list:
+    """gpuperf fully on (hooks run, SPANK plugin, daemon + collector) or fully off. A daemon just started
+    gets ``settle_s`` more: on a node it has been running for days, not seconds, when a job comes."""
     flag = bench / "on"
     if on:
         flag.touch()
         (c.dir / "plugstack.conf").write_text(spank_text)
         if not procs:
             procs = start_services(c)
+            time.sleep(settle_s)
     else:
         flag.unlink(missing_ok=True)
         (c.dir / "plugstack.conf").write_text(saved_plugstack)
@@ -195,6 +223,27 @@ def ncu_job(c, seconds: float) -> dict:
             "daemon_log_tail": daemon_log[-3000:]}
 
 
+def pooled_pairs(paths: list[str]) -> list[dict]:
+    """The pairs of earlier runs: a run's ``--json`` file (its ``pairs``) or its log (a pair's JSON per line,
+    what a run cut off before its summary leaves)."""
+    rows: list[dict] = []
+    for path in paths:
+        text = Path(path).read_text()
+        try:
+            rows += [dict(r, source=path) for r in json.loads(text).get("pairs", [])]
+            continue
+        except (json.JSONDecodeError, AttributeError):
+            pass
+        for line in text.splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(r, dict) and "on" in r and "off" in r:
+                rows.append(dict(r, source=path))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=8, help="paired rounds (on+off each)")
@@ -203,10 +252,19 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=6.0, help="GEMM loop of each job, seconds")
     ap.add_argument("--ncu", action="store_true", help="also run one job under Nsight Compute")
     ap.add_argument("--budget", type=float, default=0.0,
-                    help="seconds for the pairs: no pair starts that would end past it (0: no limit)")
+                    help="seconds for the pairs: no block of two pairs (on-off, off-on) starts that would end past it "
+                         "(0: no limit)")
+    ap.add_argument("--settle", type=float, default=5.0,
+                    help="seconds a just-started daemon runs before the next job (it samples from its first second)")
     ap.add_argument("--ncu-only", action="store_true", help="only the Nsight Compute job")
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--pool", nargs="+", metavar="RUN",
+                    help="no jobs: the figures of these runs' pairs together (their --json files or logs)")
     a = ap.parse_args()
+    if a.pool:
+        rows = pooled_pairs(a.pool)
+        emit({"pooled": a.pool, "args": vars(a), "pairs": rows, **summarise(rows, JOBS[a.job][3])}, a.json)
+        return 0
     why = why_no_gpu()
     need = JOBS[a.job][2] or 1
     if not why and len(real_gpu_files()) < need:
@@ -231,12 +289,13 @@ def main() -> int:
             t_pairs = time.monotonic()
             for i in range(a.pairs):
                 spent = time.monotonic() - t_pairs
-                if a.budget and i and spent + spent / i > a.budget:
+                # whole blocks only, so as many pairs ran on-first as off-first
+                if a.budget and i and i % 2 == 0 and spent + 2 * spent / i > a.budget:
                     figures["budget_stopped_after_pairs"] = i
                     break
                 pair = {}
                 for on in ((True, False) if i % 2 == 0 else (False, True)):
-                    procs = set_mode(c, bench, on, saved, spank_text, procs)
+                    procs = set_mode(c, bench, on, saved, spank_text, procs, a.settle)
                     pair["on" if on else "off"] = run_job(c, a.seconds, log, a.job)
                 rows.append(pair)
                 print(json.dumps(pair), flush=True)

@@ -66,10 +66,12 @@ if has tune && can tune 150; then
     --budget $(( b > 40 ? b - 40 : 1 )) > "$R/tune.log" 2>&1
   say "tune rc=$?"; grep -E "^Rule check|^\| (NCCL|candidate)" "$R/tune.log" | head -5
 fi
-if has cost && can cost 300; then
-  b=$(cap 300)
+# the cost stage's length: I29_COST_S (stage seconds), I29_COST_SECONDS (each job's all-reduce loop), I29_COST_PAIRS
+if has cost && can cost "${I29_COST_S:-300}"; then
+  b=$(cap "${I29_COST_S:-300}")
   say "cost: all-reduce job, gpuperf on vs off (limit ${b}s)"
-  timeout "$b" bash tests/gpu/node.sh "$B" run python3 benchmarks/gpu_job_cost.py --job allreduce --pairs 8 --seconds 5 \
+  timeout "$b" bash tests/gpu/node.sh "$B" run python3 benchmarks/gpu_job_cost.py --job allreduce \
+    --pairs "${I29_COST_PAIRS:-8}" --seconds "${I29_COST_SECONDS:-5}" \
     --budget $(( b > 90 ? b - 90 : 1 )) --json "$R/cost.json" > "$R/cost.log" 2>&1
   say "cost rc=$?"; tail -3 "$R/cost.log"
 fi

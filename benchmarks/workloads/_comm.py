@@ -57,6 +57,26 @@ def rendezvous(environ: Mapping[str, str] | None = None) -> str:
     return f"tcp://{addr}:{port}"
 
 
+def wait_listening(init_method: str, timeout_s: float = 300.0, step_s: float = 0.01) -> float:
+    """Seconds spent until rank 0's store accepts on ``init_method``'s port (a ``tcp://`` one; else 0).
+
+    A rank that reaches PyTorch's TCPStore before rank 0 listens sleeps in the store's connect back-off, which
+    puts a whole second or none into the job's start at random (seen as two modes of its wall time, about
+    0.9 s apart, on the 2x H200); polling the port every 10 ms first keeps that coin flip out of a job's
+    timing."""
+    if not init_method.startswith("tcp://"):
+        return 0.0
+    host, _, port = init_method[len("tcp://"):].rpartition(":")
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+                break
+        except OSError:
+            time.sleep(step_s)
+    return time.monotonic() - t0
+
+
 def free_port() -> int:
     """A TCP port free on loopback now."""
     with socket.socket() as s:
@@ -108,10 +128,13 @@ class Ctx:
             self.device = torch.device("cuda", torch.cuda.current_device())
         else:
             self.device = torch.device("cpu")
+        t_wait = wait_listening(init_method) if rank else 0.0
         dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=init_method,
                                 rank=rank, world_size=world)
         dev = f"cuda:{self.device.index}" if device == "cuda" else "cpu"
-        say(f"rank{rank}", **rank_line(rank, dev))
+        # when this rank started, how long it waited for rank 0's store, when it could communicate
+        say(f"rank{rank}", **rank_line(rank, dev), t_proc=round(T_PROC, 3), t_wait=round(t_wait, 3),
+            t_init=round(time.time(), 3))
 
     def sync(self, _: Any = None) -> None:
         """Wait for this rank's device."""

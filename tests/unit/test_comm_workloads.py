@@ -50,6 +50,34 @@ def test_both_tasks_of_a_step_meet_at_one_port_and_steps_differ():
     assert _comm.rendezvous(dict(e0, MASTER_ADDR="10.0.0.1", MASTER_PORT="29500")) == "tcp://10.0.0.1:29500"
 
 
+def test_a_later_rank_waits_for_rank_zeros_store_to_listen_then_goes_on_at_once():
+    import socket
+    import threading
+    import time
+
+    port = _comm.free_port()
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_later():
+        time.sleep(0.3)
+        srv.bind(("127.0.0.1", port))
+        srv.listen()
+
+    t = threading.Thread(target=listen_later)
+    t.start()
+    try:
+        waited = _comm.wait_listening(f"tcp://127.0.0.1:{port}", timeout_s=10)
+        t.join()
+        # it waited for the listener, and polled finely: not a whole back-off second past it
+        assert 0.25 <= waited < 0.8, waited
+        assert _comm.wait_listening(f"tcp://127.0.0.1:{port}", timeout_s=10) < 0.2  # listening: at once
+    finally:
+        srv.close()
+    assert _comm.wait_listening("file:///tmp/x") == 0.0  # not a TCP store: nothing to wait for
+    assert 0.1 <= _comm.wait_listening(f"tcp://127.0.0.1:{_comm.free_port()}", timeout_s=0.15) < 1.0  # gives up
+
+
 def test_bus_bandwidth_uses_nccl_tests_factors():
     # 1 GB in 1 s on 2 ranks: all-reduce moves 2(n-1)/n = 1x, on 8 ranks 1.75x; all-gather (n-1)/n
     assert _comm.busbw("allreduce", 10**9, 1.0, 2) == pytest.approx(1.0)
