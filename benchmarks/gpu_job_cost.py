@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")]
 
 from figures import emit  # noqa: E402
-from job_timeline import SEGMENTS, hook_points, output_points, segments  # noqa: E402
+from job_timeline import SEGMENTS, filled, hook_points, output_points, segments  # noqa: E402
 from gpunode import (bring_up, real_gpu_files, start_services, stop_services, tear_down, torch_python,
                      watch_processes, why_no_gpu)  # noqa: E402
 
@@ -122,7 +122,7 @@ def run_job(c, seconds: float, log: Path, kind: str = "gemm") -> dict:
     points.update(output_points(out))
     return {"job": job, "state": state, "wall_s": round(wall, 3), metric: float(m.group(1)) if m else None,
             "hooks_ms": hook_ms(log, job), "segments_s": segments(points),
-            "store_wait_s": points.get("wait")}
+            "store_wait_s": points.get("wait"), "points": points}
 
 
 def summarise(rows: list[dict], metric: str = "tflops") -> dict:
@@ -134,7 +134,7 @@ def summarise(rows: list[dict], metric: str = "tflops") -> dict:
         return sum(r["on"]["hooks_ms"].get(h, 0.0) for h in hooks) - sum(r["off"]["hooks_ms"].get(h, 0.0) for h in hooks)
 
     def seg(r: dict, name: str) -> float | None:
-        return (r.get("segments_s") or {}).get(name)
+        return filled(r.get("segments_s") or {}).get(name) if r.get("segments_s") else None
 
     def both(name: str) -> list[dict]:
         return [r for r in ok if seg(r["on"], name) is not None and seg(r["off"], name) is not None]
@@ -146,9 +146,10 @@ def summarise(rows: list[dict], metric: str = "tflops") -> dict:
            f"{metric}_ratio_on_off": interval([r["on"][metric] / r["off"][metric] for r in ok]),
            "wall_ratio_on_off": interval([r["on"]["wall_s"] / r["off"]["wall_s"] for r in ok])}
     if timed:
-        # all the node spends on the job, Prolog's start to Epilog's end: the scheduler's pass and the
-        # benchmark's poll, which gpuperf does not touch, left out
-        out["node_wall_ratio_on_off"] = interval([seg(r["on"], "node_wall") / seg(r["off"], "node_wall") for r in timed])
+        # the job's own wall time (its start to COMPLETED) and the node's (Prolog start to Epilog end): the
+        # queue wait before the start is the scheduler's (its background pass, once a second) and not gpuperf's
+        for name in ("run_wall", "node_wall"):
+            out[f"{name}_ratio_on_off"] = interval([seg(r["on"], name) / seg(r["off"], name) for r in both(name)])
         out["segments_on_minus_off_ms"] = {
             name: interval([1000 * (seg(r["on"], name) - seg(r["off"], name)) for r in both(name)])
             for name, _, _ in SEGMENTS if both(name)}
@@ -244,6 +245,19 @@ def pooled_pairs(paths: list[str]) -> list[dict]:
     return rows
 
 
+def by_run(rows: list[dict], metric: str) -> dict:
+    """Each pooled run's ratio means, and the 95% interval over those means: a run is then one observation,
+    so a drift between runs (machines, hours) that the pairs of one run do not see is in the interval."""
+    runs: dict[str, dict] = {}
+    for source in dict.fromkeys(r.get("source", "") for r in rows):
+        f = summarise([r for r in rows if r.get("source", "") == source], metric)
+        runs[source] = {k: f[k]["mean"] for k in f if k.endswith("_ratio_on_off")} | {"pairs": f["pairs_used"]}
+    keys = [k for k in next(iter(runs.values()), {}) if k.endswith("_ratio_on_off")]
+    over = {k: interval([v[k] for v in runs.values() if k in v]) for k in keys
+            if sum(k in v for v in runs.values()) >= 2}
+    return {"each": runs, "over_runs": over}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=8, help="paired rounds (on+off each)")
@@ -263,7 +277,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.pool:
         rows = pooled_pairs(a.pool)
-        emit({"pooled": a.pool, "args": vars(a), "pairs": rows, **summarise(rows, JOBS[a.job][3])}, a.json)
+        emit({"pooled": a.pool, "args": vars(a), "pairs": rows, **summarise(rows, JOBS[a.job][3]),
+              "runs": by_run(rows, JOBS[a.job][3])}, a.json)
         return 0
     why = why_no_gpu()
     need = JOBS[a.job][2] or 1

@@ -53,8 +53,9 @@ def lines(d: Path) -> list[tuple[str, str]]:
     if cost:
         rows.append(("2 cost, busbw on/off", _iv(cost.get("busbw_gbps_ratio_on_off"))))
         rows.append(("2 cost, wall on/off", _iv(cost.get("wall_ratio_on_off"))))
-        if cost.get("node_wall_ratio_on_off"):
-            rows.append(("2 cost, node wall on/off", _iv(cost.get("node_wall_ratio_on_off"))))
+        for key, what in (("run_wall", "job's wall"), ("node_wall", "node wall")):
+            if cost.get(f"{key}_ratio_on_off"):
+                rows.append((f"2 cost, {what} on/off", _iv(cost.get(f"{key}_ratio_on_off"))))
     else:
         rows.append(("2 cost (all-reduce job)", "not run"))
     zoo = d / "zoo" / "rows.md"

@@ -29,6 +29,10 @@ SEGMENTS = (("sbatch", "submit", "submitted"),            # the sbatch command (
             ("to_epilog", "script1", "epilog0"),          # step end reported, the node told to clean up
             ("epilog", "epilog0", "epilog1"),             # Epilog (the wrapper alone when off)
             ("to_completed", "epilog1", "completed"))     # the controller marks it, the benchmark's poll sees it
+# the wall times: sbatch to COMPLETED (queue wait in); the job's own, as Slurm counts Start (at allocation,
+# where the Prolog starts with PrologFlags=Alloc) to End, here to COMPLETED as the poll sees it (the Epilog in);
+# and the node's, Prolog start to Epilog end (ns clocks on both sides)
+WALLS = (("wall", "submit", "completed"), ("run_wall", "prolog0", "completed"), ("node_wall", "prolog0", "epilog1"))
 POINT = re.compile(r"\bgp-t (script0|script1) (\d+(?:\.\d+)?)\b")
 FIGURE = re.compile(r"\b(t_proc|t_wait|t_init|t_start|t_end)=([\d.]+)")
 
@@ -75,11 +79,26 @@ def output_points(text: str) -> dict[str, float]:
 
 
 def segments(points: Mapping[str, float]) -> dict[str, float | None]:
-    """Seconds of each segment (None where a point is missing), ``wall`` (submit to completed) and
-    ``node_wall`` (Prolog's start to Epilog's end: all the node spends on the job)."""
+    """Seconds of each segment (None where a point is missing) and of each of WALLS: ``wall`` (submit to
+    completed), ``run_wall`` (the job's start to completed) and ``node_wall`` (Prolog's start to Epilog's end)."""
     out: dict[str, float | None] = {}
     for name, a, b in SEGMENTS:
         out[name] = round(points[b] - points[a], 6) if a in points and b in points else None
-    for name, a, b in (("wall", "submit", "completed"), ("node_wall", "prolog0", "epilog1")):
+    for name, a, b in WALLS:
         out[name] = round(points[b] - points[a], 6) if a in points and b in points else None
+    return out
+
+
+def filled(segs: Mapping[str, float | None]) -> dict[str, float | None]:
+    """``segs`` with any of WALLS it lacks (a run recorded before that wall was named) summed from its segments,
+    which are consecutive; None where one of those is missing."""
+    out = dict(segs)
+    order = [name for name, _, _ in SEGMENTS]
+    for name, a, b in WALLS:
+        if out.get(name) is not None:
+            continue
+        first = next((n for n, x, _ in SEGMENTS if x == a), None)
+        last = next((n for n, _, y in SEGMENTS if y == b), None)
+        parts = [out.get(n) for n in order[order.index(first):order.index(last) + 1]] if first and last else [None]
+        out[name] = round(sum(parts), 6) if all(v is not None for v in parts) else None
     return out

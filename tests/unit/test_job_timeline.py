@@ -57,7 +57,7 @@ def test_the_segments_follow_the_job_and_sum_to_its_wall_time():
     assert s["python_init"] == pytest.approx(2.46, abs=1e-3) and s["to_script"] == pytest.approx(0.095, abs=1e-3)
     parts = [s[name] for name, _, _ in jt.SEGMENTS]
     assert sum(parts) == pytest.approx(s["wall"], abs=1e-5) == pytest.approx(27.9, abs=1e-5)
-    assert s["node_wall"] == pytest.approx(26.71, abs=1e-5)
+    assert s["node_wall"] == pytest.approx(26.71, abs=1e-5) and s["run_wall"] == pytest.approx(27.1, abs=1e-5)
 
 
 def test_a_missing_point_leaves_its_segments_unknown_not_zero():
@@ -66,7 +66,7 @@ def test_a_missing_point_leaves_its_segments_unknown_not_zero():
     s = jt.segments(p)
     assert s["to_script_end"] is None and s["to_epilog"] is None and s["python_init"] is None and s["to_loop"] is None
     assert s["loop"] == pytest.approx(20.0, abs=1e-3) and s["wall"] == pytest.approx(27.9)
-    assert jt.segments({}) == {name: None for name in [n for n, _, _ in jt.SEGMENTS] + ["wall", "node_wall"]}
+    assert jt.segments({}) == {name: None for name in [n for n, _, _ in jt.SEGMENTS] + ["wall", "run_wall", "node_wall"]}
 
 
 def _job(base: float, busbw: float, **kw) -> dict:
@@ -84,7 +84,11 @@ def test_summary_puts_the_on_minus_off_difference_in_the_segment_where_it_lands(
     assert d["prolog"]["mean"] == pytest.approx(6.0, abs=1e-3) and d["epilog"]["mean"] == pytest.approx(9.0, abs=1e-3)
     assert d["loop"]["mean"] == pytest.approx(0.0, abs=1e-3)
     assert d["python_init"]["mean"] == pytest.approx(-225.0, abs=1e-2)  # -900 ms in one pair of four
-    assert f["node_wall_ratio_on_off"]["n"] == 4 and f["segments_off_ms"]["loop"]["mean"] == pytest.approx(20000, abs=1)
+    # the synthetic jobs' points are fixed but for the Epilog's end: 9 ms more of 26.71 s on the node
+    assert f["node_wall_ratio_on_off"]["n"] == 4 and f["run_wall_ratio_on_off"]["n"] == 4
+    assert f["node_wall_ratio_on_off"]["mean"] == pytest.approx(26.719 / 26.71, abs=1e-5)
+    assert f["node_wall_ratio_on_off"]["lo"] == f["node_wall_ratio_on_off"]["hi"]
+    assert f["segments_off_ms"]["loop"]["mean"] == pytest.approx(20000, abs=1)
 
 
 def test_rows_without_a_timeline_give_the_old_figures_only():
@@ -104,3 +108,21 @@ def test_pooled_runs_are_read_from_their_json_or_from_a_cut_off_log(tmp_path):
     assert len(rows) == 3 and [r["source"].rsplit("/", 1)[1] for r in rows] == ["a.json", "a.json", "b.log"]
     f = gjc.summarise(rows, "busbw_gbps")
     assert f["pairs_used"] == 3 and f["busbw_gbps_ratio_on_off"]["mean"] == pytest.approx(294 / 295, abs=1e-5)
+
+
+def test_a_wall_a_run_did_not_record_is_summed_from_its_consecutive_segments():
+    s = jt.segments(_points(T))
+    old = {k: v for k, v in s.items() if k != "run_wall"}
+    assert jt.filled(old)["run_wall"] == pytest.approx(s["run_wall"], abs=1e-5)
+    assert jt.filled(dict(old, wall=None))["wall"] == pytest.approx(s["wall"], abs=1e-5)
+    assert jt.filled(dict(old, loop=None))["run_wall"] is None  # a segment missing: unknown, not short
+    assert jt.filled(s) == s
+
+
+def test_runs_pooled_are_also_taken_one_observation_each():
+    rows = [dict({"on": _job(T, 296.0), "off": _job(T + 50, 300.0)}, source="a")] * 2 + \
+           [dict({"on": _job(T, 303.0), "off": _job(T + 50, 300.0)}, source="b")] * 3
+    f = gjc.by_run(rows, "busbw_gbps")
+    assert f["each"]["a"]["pairs"] == 2 and f["each"]["a"]["busbw_gbps_ratio_on_off"] == pytest.approx(296 / 300, abs=1e-5)
+    over = f["over_runs"]["busbw_gbps_ratio_on_off"]
+    assert over["n"] == 2 and over["mean"] == pytest.approx((296 + 303) / 600, abs=1e-5) and over["lo"] < 0.98
