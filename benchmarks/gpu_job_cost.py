@@ -13,11 +13,19 @@ controller after the job's end and is shown apart). Intervals: 95% t-intervals o
 running ``workloads/zoo_comm_allreduce_nvlink_bf16.py`` one task per GPU (``--gres=gpu:2``); its throughput
 is its own bus bandwidth (``busbw_gbps``) and the same on/off pairs give the interval of its ratio.
 
+Each job's way from sbatch to COMPLETED is also cut into consecutive segments (``job_timeline.py``: queue wait,
+Prolog, batch launch, srun and TaskProlog, the ranks' start-up, the timed loop, tear-down, Epilog), so the paired
+on-off difference of each says where gpuperf's cost lands and where the noise comes from; the wall-time ratio is
+given three ways: with the queue wait (sbatch to COMPLETED), the job's own (its start to COMPLETED) and the node's
+(Prolog start to Epilog end). ``--pool RUN...`` (no GPU) takes earlier runs' pairs together, and each run as one
+observation too (``by_run``).
+
 ``--ncu``: a job runs Nsight Compute (``ncu``) on its GEMM while the daemon samples: the job's state, and
 what the daemon recorded for its GPU over that time (kept for the report's test fixture).
 
     bash tests/gpu/node.sh BUNDLE run python3 benchmarks/gpu_job_cost.py --pairs 8 --json OUT.json [--ncu]
     bash tests/gpu/node.sh BUNDLE run python3 benchmarks/gpu_job_cost.py --job allreduce --pairs 8 --json OUT.json
+    python3 benchmarks/gpu_job_cost.py --job allreduce --pool RUN1.json RUN2.json --json POOLED.json
 """
 
 from __future__ import annotations
