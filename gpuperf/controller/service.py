@@ -297,10 +297,10 @@ class Service:
         def _collect() -> None:
             try:
                 collector.run(stop, _ready)
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - handed to serve(), which stops and says why
                 failed.append(e)
                 ready.set()
-                raise
+                stop.set()  # a service deaf to every node must end (and be restarted), not tick on
 
         threads = [threading.Thread(target=_collect, name="collector", daemon=True)]
         threads += [threading.Thread(target=self._writer_loop, name=f"writer-{i}", daemon=True)
@@ -332,6 +332,9 @@ class Service:
                                   self.queue.counts(), collector.received,
                                   {k: round(v, 1) for k, v in self.cpu_s.items()}, collector.cpu_s)
                 stop.wait(TICK_S)
+            if failed:
+                raise ServiceError(f"controller service: the collector stopped ({type(failed[0]).__name__}: "
+                                   f"{failed[0]}); nothing spooled is lost")
         finally:
             for _ in range(self.cfg.controller.writers):
                 self.work.put(None)

@@ -27,3 +27,20 @@ def test_a_port_in_use_stops_the_service_with_the_reason(tmp_path):
         stop.set()
         taken.close()
     assert isinstance(service.ServiceError("x"), OSError)  # gpuperf daemon --controller: logged, exit 2
+
+
+def test_a_collector_that_dies_after_starting_ends_the_service_with_the_reason(tmp_path, monkeypatch):
+    from gpuperf.controller import intake
+
+    def broken_poll(self, timeout):
+        raise RuntimeError("intake broke")
+
+    monkeypatch.setattr(intake.Intake, "poll", broken_poll)
+    cfg = config.parse(f'[general]\nstate_dir = "{tmp_path}"\nlog_file = ""\n[controller]\n'
+                       f'port = 0\nbind = "127.0.0.1"\n[report]\nadmin_comment = false\n')
+    stop = threading.Event()
+    ready: list[str] = []
+    # before: the thread's exception went unhandled and the service ticked on, deaf to every node
+    with pytest.raises(service.ServiceError, match="collector stopped .*intake broke"):
+        service.serve(cfg, stop, ready.append, accounting.StubWriter(0.0))
+    assert ready and stop.is_set()
