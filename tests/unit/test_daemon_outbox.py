@@ -61,7 +61,8 @@ def test_epilog_returns_before_delivery_and_a_down_controller_gets_the_summary_l
         rec, took = _run_job(r, node, 71)
         # the controller is down: the epilog does not wait for it (3 tries of 0.3 s would be ~1 s)
         assert rec["ok"] and rec["queued"] and took < 0.9, (rec, took)
-        assert [p.name for p in _outbox(node)] == ["71.json"]
+        # the hand-over to the outbox runs after the reply (a pending marker stands for it meanwhile)
+        wait_for(lambda: [p.name for p in _outbox(node)] == ["71.json"], timeout=10)
         summary = Path(node.general.run_dir) / "jobs" / "71" / "node_summary.json"
         wait_for(summary.exists, timeout=10)           # written by the daemon, sending failed
         time.sleep(1.5)
