@@ -155,7 +155,8 @@ def summarise(rows: list[dict], metric: str = "tflops") -> dict:
            "wall_ratio_on_off": interval([r["on"]["wall_s"] / r["off"]["wall_s"] for r in ok])}
     if timed:
         # the job's own wall time (its start to COMPLETED) and the node's (Prolog start to Epilog end): the
-        # queue wait before the start is the scheduler's (its background pass, once a second) and not gpuperf's
+        # queue wait before the start is the scheduler's, not gpuperf's (0-1 s, evenly spread, in both modes on a
+        # 2x H100: benchmarks/results/multi_gpu/README.md)
         for name in ("run_wall", "node_wall"):
             out[f"{name}_ratio_on_off"] = interval([seg(r["on"], name) / seg(r["off"], name) for r in both(name)])
         out["segments_on_minus_off_ms"] = {
