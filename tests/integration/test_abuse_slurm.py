@@ -255,13 +255,26 @@ def test_a_user_flooding_the_user_socket(abuse):
 
 
 def test_a_second_job_of_the_same_user_racing_the_first_jobs_epilog(abuse):
+    import pwd
+    import shutil
+
     c = abuse["c"]
     first_dir = f"{c.run_dir}/jobs"
-    # the racer plants FIFOs and /dev/zero links into the first job's applied/ for as long as it runs
+    # the user's earlier jobs' folders, more than a full suite leaves (~400): the racer must still reach
+    # the job it races within that job's 2 s
+    pw = pwd.getpwnam(c.user)
+    old_dirs = [c.run_dir / "jobs" / str(j) for j in range(1000, 3000)]
+    for d in old_dirs:
+        (d / "applied").mkdir(parents=True, exist_ok=True)
+        os.chown(d / "applied", pw.pw_uid, pw.pw_gid)
+    # the racer plants FIFOs and /dev/zero links into the first job's applied/ for as long as it runs; it
+    # skips the jobs before its own (the suite's earlier jobs: with hundreds of them a sweep outlasted the
+    # 2 s job it races, which then ended untouched)
     racer = c.sbatch(f"""#!/bin/bash
 end=$((SECONDS+25))
 while [ $SECONDS -lt $end ]; do
-  for d in {first_dir}/*/applied; do [ -O "$d" ] || continue
+  for d in {first_dir}/*/applied; do j=${{d%/applied}}; j=${{j##*/}}
+    [ "$j" -gt "$SLURM_JOB_ID" ] 2>/dev/null && [ -O "$d" ] || continue
     i=$RANDOM; mkfifo "$d/r$i" 2>/dev/null; ln -s /dev/zero "$d/z$i" 2>/dev/null; done
   sleep 0.05
 done""", "--gres=gpu:1", user=c.user)
@@ -272,6 +285,8 @@ done""", "--gres=gpu:1", user=c.user)
     finally:
         c.run("scancel", str(racer))
         c.wait(racer)
+        for d in old_dirs:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def test_a_job_comment_cannot_fake_the_state_gpuperf_acts_on(abuse):
