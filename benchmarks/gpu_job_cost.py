@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "gpu"), str(REPO / "benchmarks")]
 
 from figures import emit  # noqa: E402
-from job_timeline import SEGMENTS, filled, hook_points, output_points, segments  # noqa: E402
+from job_timeline import SEGMENTS, filled, hook_points, hook_spans, output_points, segments  # noqa: E402
 from gpunode import (bring_up, real_gpu_files, start_services, stop_services, tear_down, torch_python,
                      watch_processes, why_no_gpu)  # noqa: E402
 
@@ -94,13 +94,11 @@ def point_slurm_conf(c, hook_dir: Path | None) -> None:
     time.sleep(2)
 
 
-def hook_ms(log: Path, job: int) -> dict[str, float]:
+def hook_ms(log_text: str, job: int) -> dict[str, float]:
     """Milliseconds each hook took for ``job`` (TaskProlog: summed over its tasks)."""
     out: dict[str, float] = {}
-    for line in log.read_text().splitlines():
-        parts = line.split()
-        if len(parts) == 5 and parts[0] == str(job):
-            out[parts[1]] = out.get(parts[1], 0.0) + (int(parts[3]) - int(parts[2])) / 1e6
+    for hook, t0_ns, t1_ns in hook_spans(log_text, job):
+        out[hook] = out.get(hook, 0.0) + (t1_ns - t0_ns) / 1e6
     return out
 
 
@@ -126,10 +124,11 @@ def run_job(c, seconds: float, log: Path, kind: str = "gemm") -> dict:
     out = c.job_output(job)
     m = re.search(rf"\b{metric}=([\d.]+)", out)
     time.sleep(0.5)  # EpilogSlurmctld's line lands after COMPLETED
-    points.update(hook_points(log.read_text(), job))
+    log_text = log.read_text()
+    points.update(hook_points(log_text, job))
     points.update(output_points(out))
     return {"job": job, "state": state, "wall_s": round(wall, 3), metric: float(m.group(1)) if m else None,
-            "hooks_ms": hook_ms(log, job), "segments_s": segments(points),
+            "hooks_ms": hook_ms(log_text, job), "segments_s": segments(points),
             "store_wait_s": points.get("wait"), "points": points}
 
 
@@ -141,29 +140,26 @@ def summarise(rows: list[dict], metric: str = "tflops") -> dict:
     def added(r: dict, hooks: tuple[str, ...]) -> float:
         return sum(r["on"]["hooks_ms"].get(h, 0.0) for h in hooks) - sum(r["off"]["hooks_ms"].get(h, 0.0) for h in hooks)
 
-    def seg(r: dict, name: str) -> float | None:
-        return filled(r.get("segments_s") or {}).get(name) if r.get("segments_s") else None
-
-    def both(name: str) -> list[dict]:
-        return [r for r in ok if seg(r["on"], name) is not None and seg(r["off"], name) is not None]
-
     if not ok:
         return {"pairs_used": 0, "pairs_failed": len(rows)}
-    timed = both("node_wall")
+    # each timed pair's (on, off) segments, walls filled in once; per name, the pairs where both jobs have it
+    segs = [(filled(r["on"]["segments_s"]), filled(r["off"]["segments_s"])) for r in ok
+            if r["on"].get("segments_s") and r["off"].get("segments_s")]
+    both = {name: [(on[name], off[name]) for on, off in segs if on.get(name) is not None and off.get(name) is not None]
+            for name in [n for n, _, _ in SEGMENTS] + ["run_wall", "node_wall"]}
     out = {"pairs_used": len(ok), "pairs_failed": len(rows) - len(ok),
            f"{metric}_ratio_on_off": interval([r["on"][metric] / r["off"][metric] for r in ok]),
            "wall_ratio_on_off": interval([r["on"]["wall_s"] / r["off"]["wall_s"] for r in ok])}
-    if timed:
+    if both["node_wall"]:
         # the job's own wall time (its start to COMPLETED) and the node's (Prolog start to Epilog end): the
         # queue wait before the start is the scheduler's, not gpuperf's (0-1 s, evenly spread, in both modes on a
         # 2x H100: benchmarks/results/multi_gpu/README.md)
         for name in ("run_wall", "node_wall"):
-            out[f"{name}_ratio_on_off"] = interval([seg(r["on"], name) / seg(r["off"], name) for r in both(name)])
-        out["segments_on_minus_off_ms"] = {
-            name: interval([1000 * (seg(r["on"], name) - seg(r["off"], name)) for r in both(name)])
-            for name, _, _ in SEGMENTS if both(name)}
-        out["segments_off_ms"] = {name: interval([1000 * seg(r["off"], name) for r in both(name)])
-                                  for name, _, _ in SEGMENTS if both(name)}
+            out[f"{name}_ratio_on_off"] = interval([on / off for on, off in both[name]])
+        out["segments_on_minus_off_ms"] = {name: interval([1000 * (on - off) for on, off in both[name]])
+                                           for name, _, _ in SEGMENTS if both[name]}
+        out["segments_off_ms"] = {name: interval([1000 * off for _, off in both[name]])
+                                  for name, _, _ in SEGMENTS if both[name]}
     return {**out,
             "added_start_ms": interval([added(r, ("prolog", "taskprolog")) for r in ok]),
             "added_end_ms": interval([added(r, ("epilog",)) for r in ok]),

@@ -37,20 +37,31 @@ POINT = re.compile(r"\bgp-t (script0|script1) (\d+(?:\.\d+)?)\b")
 FIGURE = re.compile(r"\b(t_proc|t_wait|t_init|t_start|t_end)=([\d.]+)")
 
 
-def hook_points(log_text: str, job: int) -> dict[str, float]:
-    """``prolog0/1``, ``epilog0/1`` and ``taskprolog0/1`` (the first start, the last end over the job's tasks)
-    from the timing wrappers' lines ``JOB HOOK T0_NS T1_NS RC``."""
-    out: dict[str, float] = {}
+def hook_spans(log_text: str, job: int) -> list[tuple[str, int, int]]:
+    """(hook, start ns, end ns) of each of ``job``'s lines ``JOB HOOK T0_NS T1_NS RC`` in the timing wrappers'
+    log, in order; a line that does not read so is skipped."""
+    out: list[tuple[str, int, int]] = []
     for line in log_text.splitlines():
         parts = line.split()
-        if len(parts) != 5 or parts[0] != str(job) or parts[1] not in ("prolog", "epilog", "taskprolog"):
+        if len(parts) != 5 or parts[0] != str(job):
             continue
         try:
-            t0, t1 = int(parts[2]) / 1e9, int(parts[3]) / 1e9
+            out.append((parts[1], int(parts[2]), int(parts[3])))
         except ValueError:
             continue
-        out[parts[1] + "0"] = min(out.get(parts[1] + "0", t0), t0)
-        out[parts[1] + "1"] = max(out.get(parts[1] + "1", t1), t1)
+    return out
+
+
+def hook_points(log_text: str, job: int) -> dict[str, float]:
+    """``prolog0/1``, ``epilog0/1`` and ``taskprolog0/1`` (the first start, the last end over the job's tasks)
+    from the timing wrappers' log."""
+    out: dict[str, float] = {}
+    for hook, t0_ns, t1_ns in hook_spans(log_text, job):
+        if hook not in ("prolog", "epilog", "taskprolog"):
+            continue
+        t0, t1 = t0_ns / 1e9, t1_ns / 1e9
+        out[hook + "0"] = min(out.get(hook + "0", t0), t0)
+        out[hook + "1"] = max(out.get(hook + "1", t1), t1)
     return out
 
 
@@ -81,12 +92,8 @@ def output_points(text: str) -> dict[str, float]:
 def segments(points: Mapping[str, float]) -> dict[str, float | None]:
     """Seconds of each segment (None where a point is missing) and of each of WALLS: ``wall`` (submit to
     completed), ``run_wall`` (the job's start to completed) and ``node_wall`` (Prolog's start to Epilog's end)."""
-    out: dict[str, float | None] = {}
-    for name, a, b in SEGMENTS:
-        out[name] = round(points[b] - points[a], 6) if a in points and b in points else None
-    for name, a, b in WALLS:
-        out[name] = round(points[b] - points[a], 6) if a in points and b in points else None
-    return out
+    return {name: round(points[b] - points[a], 6) if a in points and b in points else None
+            for name, a, b in (*SEGMENTS, *WALLS)}
 
 
 def filled(segs: Mapping[str, float | None]) -> dict[str, float | None]:
