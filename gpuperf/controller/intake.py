@@ -6,7 +6,10 @@ Each connection carries one message in four length-prefixed parts (``transport``
 credential is decoded (munged: MAC, TTL, replay; uid root or SlurmUser) before a byte of the body.
 Only then may the body and series take up to ``transport.MAX_BODY_BYTES``, and only while the bytes
 promised to authenticated senders stay within ``AUTHED_BUDGET`` (past it: a "busy, retry" reply;
-the node keeps the summary in its outbox). So:
+the node keeps the summary in its outbox). A sender holds against that budget what it has sent so far
+plus one more read (``framing.CHUNK``), reserved before each read, and a message read whole holds its
+own size until it is stored and answered: a node summary is tens of KiB, so a thousand flow through the
+budget a second where reserving the most a message may be (4 MiB) let 8 in at once. So:
 
 - an unauthenticated peer costs at most ``KIND_MAX + CRED_MAX`` bytes per connection, at most
   ``MAX_CONNS`` connections (``MAX_CONNS_PER_HOST`` from one address), each for at most
@@ -36,7 +39,7 @@ MAX_CONNS_PER_HOST = 32
 AUTH_DEADLINE_S = 5.0          # accept -> credential checked
 CONN_DEADLINE_S = 60.0         # accept -> whole message read (4 MiB over a slow link)
 DRAIN_S = 1.0                  # a refused peer's remaining bytes are read and dropped this long
-AUTHED_BUDGET = 8 * transport.MAX_BODY_BYTES   # bytes promised to authenticated senders at once
+AUTHED_BUDGET = 8 * transport.MAX_BODY_BYTES   # bytes authenticated senders may hold at once, in all
 ACCEPT_PAUSE_S = 0.1           # after EMFILE/ENFILE: stop accepting this long
 LOG_EVERY_S = 60.0             # one log line per kind of refusal per minute, the rest counted
 
@@ -161,6 +164,8 @@ class Intake:
                 pass
             self._close(c)
             return None
+        if c.stage in (_BODY, _SERIES) and not self._reserve(c):
+            return None
         try:
             part = c.reader.read(c.sock)
         except framing.ZmtpPeer:
@@ -178,6 +183,20 @@ class Intake:
             return None
         return self._advance(c, part, now)
 
+    def _reserve(self, c: Conn) -> bool:
+        """Before a read of an authenticated body: what the connection holds plus one more read within the
+        budget (reserved now), else a "busy, retry" reply and False."""
+        need = len(c.body) + c.reader.buffered + framing.CHUNK - c.reserved
+        if need <= 0:
+            return True
+        if self.reserved + need > AUTHED_BUDGET:
+            self._refuse(c, "busy", f"busy: {self.reserved} bytes held by senders; {c.host} told to retry",
+                         "busy: try again later", retry=True)
+            return False
+        c.reserved += need
+        self.reserved += need
+        return True
+
     def _advance(self, c: Conn, part: bytes, now: float) -> Message | None:
         """The next stage once a part is complete; the message after its last part."""
         if c.stage == _KIND:
@@ -193,13 +212,8 @@ class Intake:
             except transport.AuthError as e:
                 self._refuse(c, "auth", f"rejected node summary from {c.host}: {e}", f"not authenticated: {e}")
                 return None
-            if self.reserved + transport.MAX_BODY_BYTES > AUTHED_BUDGET:
-                self._refuse(c, "busy", f"busy: {self.reserved} bytes promised to senders; {c.host} told to retry",
-                             "busy: try again later", retry=True)
-                return None
-            c.reserved = transport.MAX_BODY_BYTES
-            self.reserved += c.reserved
             c.stage, c.reader.limit, c.deadline = _BODY, transport.MAX_BODY_BYTES, now + CONN_DEADLINE_S
+            self._reserve(c)    # the first read's worth now: past the budget, "busy" before a byte is read
             return None
         if c.stage == _BODY:
             c.body = part
@@ -207,6 +221,9 @@ class Intake:
             return None
         c.stage = _REPLY
         self.sel.unregister(c.sock)
+        # read whole: from here until it is answered the message holds its bytes, not the most it might have sent
+        self.reserved -= c.reserved - (len(c.body) + len(part))
+        c.reserved = len(c.body) + len(part)
         assert c.sender is not None
         return Message(c, c.sender, c.digest, c.body, part or None)
 

@@ -9,6 +9,15 @@ picks up where it was. States:
 - ``skipped``: nothing to write (no GPUs, AdminComments off); ``orphan``: node summaries for a job
   slurmctld never reported ending (merged and stored, nothing written).
 
+A job is merged as soon as its last node reported, whatever waits before it (the service hands
+``due_merges`` the jobs a summary or notice just came for), or ``merge_wait_s`` after its end.
+
+**A summary that comes after the job was merged** (``late``): the job is merged and written once more,
+when its last missing node arrives or ``LATE_GRACE_S`` after its end, whichever comes first; that is the
+job's last AdminComment. A summary later still is kept in the store (``gpuperf report`` as admin reads
+it there) and never rewrites the AdminComment: a job's AdminComment is written at most twice, and
+twice only when a node's summary missed the first merge.
+
 Decisions (backoff, what is due) are pure functions; the class is the SQL at the edge.
 """
 
@@ -23,14 +32,19 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS ended (
   job_id INTEGER PRIMARY KEY, nodes TEXT NOT NULL, user TEXT, uid INTEGER, ended REAL NOT NULL,
   state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_try REAL, last_error TEXT,
-  comment BLOB, written REAL, notes TEXT, job_ref TEXT);
+  comment BLOB, written REAL, notes TEXT, job_ref TEXT, late REAL);
 CREATE INDEX IF NOT EXISTS ended_state_next ON ended (state, next_try);
+CREATE INDEX IF NOT EXISTS ended_state_ended ON ended (state, ended);
 CREATE INDEX IF NOT EXISTS node_summaries_received ON node_summaries (received);
 """
 # columns added since the first schema: a store written by an older gpuperf gets them on open
-ADDED_COLUMNS = (("job_ref", "TEXT"),)
+ADDED_COLUMNS = (("job_ref", "TEXT"), ("late", "REAL"))
 
 OPEN_STATES = ("merge", "write")
+LATE_GRACE_S = 600.0   # a late summary's job is merged again at most this long after its end (nodes retry
+                       # a refused delivery 5 s, doubling to 300 s: workers.RETRY_MAX_S)
+LATE_DONE = -1.0       # ``late`` once the job's one late merge was made: later summaries are stored only
+MERGED_STATES = ("write", "done", "unavailable")
 FINAL_STATES = ("done", "unavailable", "skipped", "orphan")
 
 
@@ -111,19 +125,47 @@ class JobQueue:
         r = self.db.execute("SELECT state, last_error FROM ended WHERE job_id=?", (job_id,)).fetchone()
         return (r[0], r[1]) if r else None
 
-    def due_merges(self, now: float, merge_wait_s: float, limit: int = 500) -> list[Ended]:
-        """Jobs to merge now: every node reported, or the wait is over."""
-        rows = self.db.execute(
-            "SELECT e.job_id, e.nodes, e.user, e.uid, e.ended, e.state, e.attempts, e.notes, e.job_ref, "
-            "(SELECT count(*) FROM node_summaries n WHERE n.job_id=e.job_id) FROM ended e "
-            "WHERE e.state='merge' ORDER BY e.ended LIMIT ?", (limit * 4,)).fetchall()
-        out = []
-        for r in rows:
-            e = _ended(r[:9])
-            if r[9] >= max(len(e.nodes), 1) or now >= e.ended + merge_wait_s:
-                out.append(e)
-            if len(out) >= limit:
-                break
+    def due_merges(self, now: float, merge_wait_s: float, candidates: "set[int] | frozenset[int]" = frozenset(),
+                   limit: int = 500) -> list[Ended]:
+        """Jobs to merge now: those of ``candidates`` (jobs a node summary or notice just came for) whose every
+        node reported, wherever they stand in the queue, then up to ``limit`` whose wait is over, oldest first."""
+        cols = ("SELECT e.job_id, e.nodes, e.user, e.uid, e.ended, e.state, e.attempts, e.notes, e.job_ref, "
+                "(SELECT count(*) FROM node_summaries n WHERE n.job_id=e.job_id) FROM ended e WHERE e.state='merge' ")
+        out: dict[int, Ended] = {}
+        ids = sorted(candidates)
+        for i in range(0, len(ids), 500):
+            part = ids[i:i + 500]
+            for r in self.db.execute(cols + f"AND e.job_id IN ({','.join('?' * len(part))})", part):
+                e = _ended(r[:9])
+                if r[9] >= max(len(e.nodes), 1):
+                    out[e.job_id] = e
+        if now - merge_wait_s > 0:
+            for r in self.db.execute(cols + "AND e.ended <= ? ORDER BY e.ended LIMIT ?", (now - merge_wait_s, limit)):
+                out.setdefault(r[0], _ended(r[:9]))
+        return list(out.values())
+
+    def waiting(self) -> set[int]:
+        """Every job waiting for its merge (the service checks them all once, when it starts)."""
+        return {j for (j,) in self.db.execute("SELECT job_id FROM ended WHERE state='merge'")}
+
+    def note_late(self, job_id: int, nodes_reported: set[str], now: float) -> bool:
+        """A node summary came for a job already merged without it: its one late merge is due when its last
+        node has reported, else ``LATE_GRACE_S`` after its end; False once that merge was made (store only)."""
+        r = self.db.execute("SELECT nodes, ended, late FROM ended WHERE job_id=?", (job_id,)).fetchone()
+        if r is None or (r[2] is not None and r[2] <= LATE_DONE):
+            return False
+        due = now if set(json.loads(r[0])) <= nodes_reported else r[1] + LATE_GRACE_S
+        if r[2] is None or due < r[2]:
+            self.db.execute("UPDATE ended SET late=? WHERE job_id=?", (due, job_id))
+        return True
+
+    def due_late(self, now: float, exclude: "set[int] | frozenset[int]" = frozenset(), limit: int = 500) -> list[Ended]:
+        """Merged jobs whose one late merge is due (not those whose write is in flight): they go back to 'merge'."""
+        rows = self.db.execute("SELECT job_id, nodes, user, uid, ended, state, attempts, notes, job_ref FROM ended "
+                               "WHERE late > 0 AND late <= ? ORDER BY late LIMIT ?", (now, limit + len(exclude))).fetchall()
+        out = [_ended(r) for r in rows if r[0] not in exclude][:limit]
+        for e in out:
+            self.db.execute("UPDATE ended SET late=? WHERE job_id=?", (LATE_DONE, e.job_id))
         return out
 
     def set_merged(self, job_id: int, comment: str | None, state: str, now: float) -> None:

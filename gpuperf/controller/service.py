@@ -30,7 +30,7 @@ from gpuperf.model import admincomment
 from gpuperf.files import config as config_mod, jobdirs, log
 from gpuperf.controller import accounting, clusterstore, merge, notices
 from gpuperf.controller.collector import Collector
-from gpuperf.controller.queue import JobQueue, batch_sizes
+from gpuperf.controller.queue import MERGED_STATES, JobQueue, batch_sizes
 from gpuperf.fleet import ingest as fleet_ingest
 from gpuperf.fleet.fingerprint import FleetStore, default_path as fleet_path
 
@@ -76,6 +76,9 @@ class Service:
         self.cpu_s: dict[str, float] = {}
         self._jobdirs_at = 0.0
         self._orphan_mark = 0.0  # node summaries received before this were looked at for orphans
+        # jobs to look at for completeness at the next tick: at start every job waiting (nodes that reported
+        # before a restart), then those a summary or notice came for
+        self._check: set[int] = self.queue.waiting()
         # (job, node) -> the summary as the collector parsed it: a merge need not read and decode it again
         self._parsed: dict[tuple[int, str], dict] = {}
         self.log = log.get("controller")
@@ -96,7 +99,8 @@ class Service:
     def _take_notices(self) -> None:
         got = notices.read(self.spool)
         for _, n in got:
-            self.queue.add(n.job_id, n.nodes, n.user, n.uid, n.ended, job_ref=n.job_ref)
+            if self.queue.add(n.job_id, n.nodes, n.user, n.uid, n.ended, job_ref=n.job_ref):
+                self._check.add(n.job_id)   # its nodes may all have reported already
         if got:
             self.store.db.commit()  # queued for good before the files go
             notices.remove([p for p, _ in got])
@@ -120,13 +124,16 @@ class Service:
         if got:
             # never raises; may drain under fleet.policy = "drain"
             fleet_ingest.on_node_summaries(self.cfg, got, store=self._fleet_store())
+        self._check |= seen
         for j in seen:
             st = self.queue.state(j)
-            if st is None or st[0] not in ("write", "done", "unavailable"):
+            if st is None or st[0] not in MERGED_STATES:
                 continue
             merged = self.store.job(j) or {}
-            if set(self.store.node_copies(j)) - set(merged.get("nodes") or []):
-                self.store.db.execute("UPDATE ended SET state='merge' WHERE job_id=?", (j,))
+            reported = set(self.store.node_copies(j))
+            if reported - set(merged.get("nodes") or []):
+                # merged without this node: one late merge (``queue``: when its last node came, or after a grace)
+                self.queue.note_late(j, reported, self.clock())
 
     def _fleet_store(self) -> FleetStore | None:
         """The fleet store, opened once (None, and the fold opens its own, when it cannot be opened)."""
@@ -141,7 +148,10 @@ class Service:
         wait = self.cfg.controller.merge_wait_s
         # just (re)started: nodes that could not deliver meanwhile are retrying; give them the wait again
         effective_wait = wait if now >= self.started + wait else float("inf")
-        due = self.queue.due_merges(now, effective_wait)
+        # jobs a summary or notice came for since the last tick: merged now if complete, wherever they wait
+        check, self._check = self._check, set()
+        due = self.queue.due_merges(now, effective_wait, check)
+        due += [e for e in self.queue.due_late(now, exclude=self.in_flight) if e.job_id not in {d.job_id for d in due}]
         empty = []
         for i, e in enumerate(due):
             parts = self._parts(e.job_id, e.nodes)

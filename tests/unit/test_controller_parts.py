@@ -242,3 +242,54 @@ def test_the_spool_is_prepared_for_slurmuser_or_the_reason_said(tmp_path):
         assert notices.prepare(str(open_dir / "ended"), "nobody") is None
     finally:
         shutil.rmtree(open_dir)
+
+
+def _queue_with_store(tmp_path):
+    from gpuperf.controller import clusterstore
+
+    st = clusterstore.ClusterStore(tmp_path / "c.sqlite")
+    return st, queue.JobQueue(st.db)
+
+
+def _reported(st, job_id: int, node: str) -> None:
+    st.db.execute("INSERT INTO node_summaries (job_id, node, received, summary) VALUES (?,?,?,?)",
+                  (job_id, node, 0.0, b"x"))
+
+
+def test_a_complete_job_merges_at_once_whatever_waits_before_it(tmp_path):
+    # 3,000 jobs still waiting for nodes ended before it: the job whose last node just reported is merged
+    # now, not after merge_wait_s (the queue looked at the oldest 2,000 only)
+    st, q = _queue_with_store(tmp_path)
+    for j in range(1, 3001):
+        q.add(j, ["a", "b"], "u", 1, 180.0 + j * 0.001)
+        _reported(st, j, "a")
+    q.add(5000, ["a", "b"], "u", 1, 200.0)
+    _reported(st, 5000, "a")
+    _reported(st, 5000, "b")
+    due = q.due_merges(201.0, 30.0, {5000, 7})
+    assert [e.job_id for e in due] == [5000]
+    # and the wait still ends for the others, oldest first, a bounded number a tick
+    assert [e.job_id for e in q.due_merges(215.0, 30.0, limit=3)] == [1, 2, 3]
+    assert {e.job_id for e in q.due_merges(500.0, 30.0, limit=5000)} == set(range(1, 3001)) | {5000}
+    assert q.waiting() == set(range(1, 3001)) | {5000}
+
+
+def test_a_late_summary_brings_one_more_merge_and_then_none(tmp_path):
+    # merged without node c: its summary comes late. One more merge, when the last node is in or
+    # LATE_GRACE_S after the end, whichever is first; after it, late summaries are stored only
+    st, q = _queue_with_store(tmp_path)
+    q.add(9, ["a", "b", "c"], "u", 1, 1000.0)
+    q.set_merged(9, "text", "write", 1031.0)
+    q.set_written(9, 1032.0)
+    assert q.note_late(9, {"a", "b"}, 1040.0)
+    assert q.due_late(1041.0) == []
+    grace = 1000.0 + queue.LATE_GRACE_S
+    assert [e.job_id for e in q.due_late(grace, exclude={9})] == []    # its write is in flight: not now
+    assert [e.job_id for e in q.due_late(grace)] == [9]
+    assert q.due_late(grace + 1) == []
+    assert not q.note_late(9, {"a", "b", "c"}, grace + 5)             # the one late merge was made
+    assert q.due_late(grace + 10) == []
+    # the last node in before the grace: merged again at once
+    q.add(10, ["a", "b"], "u", 1, 1000.0)
+    q.set_merged(10, "text", "done", 1031.0)
+    assert q.note_late(10, {"a", "b"}, 1050.0) and [e.job_id for e in q.due_late(1050.0)] == [10]

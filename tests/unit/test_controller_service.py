@@ -142,6 +142,27 @@ def test_a_job_gets_one_merged_summary_and_one_admin_comment(running):
     assert "job=" not in r.writer.written[11][0][1].split(" z=")[0]  # a plain job: sacct's JobID names it
 
 
+def test_late_summaries_rewrite_a_job_once_when_its_last_node_is_in(running):
+    # merged without n2 and n3 (their wait over): n2's summary comes late and waits for the grace or the last
+    # node; n3's completes the job: one more AdminComment, the whole job; a resend after it rewrites nothing
+    r = running()
+    notify(r.config_path, 13, "n[1-3]")
+    assert transport.send_node_summary(r.cfg, _summary(13, "n1"))["ok"]
+    _wait_state(r.cfg, [13])
+    assert transport.send_node_summary(r.cfg, _summary(13, "n2"))["ok"]
+    time.sleep(1.5)
+    assert len(r.writer.written[13]) == 1, "a late summary rewrote the job before its last node came"
+    assert transport.send_node_summary(r.cfg, _summary(13, "n3"))["ok"]
+    end = time.time() + 15
+    while len(r.writer.written[13]) < 2 and time.time() < end:
+        time.sleep(0.1)
+    _wait_state(r.cfg, [13])
+    assert _job(r.cfg, 13)["nodes"] == ["n1", "n2", "n3"] and not _job(r.cfg, 13)["quality"]["partial"]
+    assert transport.send_node_summary(r.cfg, _summary(13, "n3"))["ok"]
+    time.sleep(1.5)
+    assert len(r.writer.written[13]) == 2
+
+
 def test_an_array_task_and_a_het_component_are_named_in_their_headlines(running):
     """slurmctld gives EpilogSlurmctld the array and het ids (FACTS.md): task 3 of array 8 ran as raw id 12."""
     r = running()

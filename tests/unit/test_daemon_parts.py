@@ -479,6 +479,43 @@ def test_deliveries_back_off_for_all_waiting_and_a_fresh_job_still_probes(tmp_pa
     assert not (Path(cfg.general.state_dir) / "outbox" / "4.json").exists()
 
 
+def test_a_busy_controller_keeps_the_summary_in_the_outbox_for_the_backoff(tmp_path, monkeypatch):
+    # the collector's "busy, retry" reply (past its byte budget) is not a refusal: the node keeps the summary
+    # in its outbox and sends it again after the backoff, as after a timeout; a refusal is not resent
+    import socket
+    import threading
+
+    from gpuperf.controller import transport
+    from gpuperf.files import framing
+
+    replies = [{"ok": False, "error": "busy: try again later", "retry": True}, {"ok": False, "error": "malformed: x"},
+               {"ok": True}]
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        for reply in replies:
+            c, _ = srv.accept()
+            with c:
+                for _ in range(4):
+                    framing.recv_part(c, 1 << 20, time.monotonic() + 5)
+                c.sendall(framing.encode(json.dumps(reply).encode()))
+
+    threading.Thread(target=serve, daemon=True).start()
+    monkeypatch.setattr(transport, "credential", lambda payload, socket="": b"cred")
+    monkeypatch.setattr(workers.deliver_mod, "write", lambda cfg, aggs, ctx: ({"errors": []}, {"job_id": aggs["job_id"]}))
+    cfg = make_cfg(tmp_path)
+    cfg.data["controller"]["address"] = f"127.0.0.1:{srv.getsockname()[1]}"
+    now = [100.0]
+    d = Deliveries(cfg, LOG, True, monotonic=lambda: now[0])
+    outbox = deliver.write_outbox(cfg.general.state_dir, {"job_id": 7}, {})
+    when, later = d._one({"job_id": 7}, {}, outbox, None, True)          # busy: kept, tried again after the backoff
+    assert when == 100.0 + workers.RETRY_FIRST_S and outbox.exists()
+    assert deliver.send_summary(cfg, {"job_id": 7}, attempts=1)["retry"] is False   # refused: not resent
+    now[0] = when
+    assert d._one(*later) is None and not outbox.exists()                # taken at the retry
+    srv.close()
+
+
 # chores.JobDirPruner ----------------------------------------------------------------------------------
 
 def test_the_pruner_keeps_a_registered_jobs_records(tmp_path):
