@@ -59,7 +59,8 @@ class Service:
         self.store = clusterstore.ClusterStore(self.path)
         self.queue = JobQueue(self.store.db)
         self.store.db.commit()
-        self.writer = writer or accounting.SacctWriter(cfg.general.slurm_bin_dir)
+        self.writer = writer or accounting.SacctWriter(cfg.general.slurm_bin_dir,
+                                                       recheck_s=cfg.controller.admin_comment_recheck_s)
         self.spool = notices.default_dir(cfg)
         problem = notices.prepare(self.spool, cfg.general.slurm_user)
         if problem:

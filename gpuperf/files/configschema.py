@@ -161,6 +161,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                        "(few run while little is due)", validate=_positive),
         "write_batch": Key(int, 50, "AdminComments written per sacctmgr process", validate=_positive),
         "retry_max_s": Key(float, 60.0, "longest pause between two tries of one job's AdminComment", validate=_positive),
+        "admin_comment_recheck_s": Key(float, 60.0, "after its end, how long a job's AdminComment is read again in case "
+                                       "another tool (jobstats' EpilogSlurmctld) wrote over gpuperf's part; 0: never"),
         "orphan_after_s": Key(float, 3600.0, "a node summary whose job slurmctld never reported ending is merged "
                               "(and flagged) after this long", validate=_positive),
         "series_points": Key(int, 500, "points per metric per GPU in the series a node summary carries (0: none)"),

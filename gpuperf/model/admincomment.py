@@ -9,7 +9,8 @@ lowercase ``key=value`` pairs a person reads in ``sacct -o AdminComment%120``; `
 summary as zlib-compressed compact JSON (with the preset dictionary of ``acvocab``, named in the zlib
 header by its Adler-32; payloads written before it, plain zlib, still decode) in base32 without
 padding, lowercased. Base32 uses one case only, so decoding upper-cases it back; it has no quotes for
-sacctmgr to turn into backticks (FACTS.md).
+sacctmgr to turn into backticks (FACTS.md). Another tool's text may sit beside it in the field
+(jobstats' ``JS1:``): the readers here decode gpuperf's part wherever it is (``acshare``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import zlib
 from typing import Any
 
 from gpuperf.files import jsoncodec
-from gpuperf.model import acvocab, jobref
+from gpuperf.model import acshare, acvocab, jobref
 
-PREFIX = "gpuperf:v1"
+PREFIX = acshare.PREFIX
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
 NODE_BUDGET_BYTES = 4096         # per node: one 8-GPU node's full summary fits (benchmarks/report_sizes.py)
 
@@ -177,16 +178,16 @@ def encode(summary: dict, max_bytes: int | None = None, raw: bytes | None = None
 
 
 def is_admincomment(text: str | None) -> bool:
-    """Whether text is a gpuperf AdminComment (any case)."""
-    return bool(text) and text.strip().lower().startswith(PREFIX)
+    """Whether text holds a gpuperf AdminComment (any case), alone or beside another tool's (``acshare``)."""
+    return bool(acshare.ours(text))
 
 
 def decode_headline(text: str) -> dict[str, str]:
     """The readable key=value pairs (without the payload)."""
     if not is_admincomment(text):
-        raise AdminCommentError("not a gpuperf AdminComment (does not start with gpuperf:v1)")
+        raise AdminCommentError("not a gpuperf AdminComment (holds no gpuperf:v1)")
     out = {}
-    for tok in text.strip().split()[1:]:
+    for tok in acshare.ours(text).split()[1:]:
         k, sep, v = tok.partition("=")
         if sep and k.lower() != "z":
             out[k.lower()] = v.lower()
@@ -196,9 +197,9 @@ def decode_headline(text: str) -> dict[str, str]:
 def decode(text: str) -> dict:
     """The full summary from an AdminComment, whatever case or quote mangling sacctmgr applied."""
     if not is_admincomment(text):
-        raise AdminCommentError("not a gpuperf AdminComment (does not start with gpuperf:v1)")
+        raise AdminCommentError("not a gpuperf AdminComment (holds no gpuperf:v1)")
     payload = None
-    for tok in text.strip().split():
+    for tok in acshare.ours(text).split():
         if tok.lower().startswith("z="):
             payload = tok[2:]
     if not payload:

@@ -340,7 +340,10 @@ def gpuperf_defaults(l: Layout) -> dict[str, dict[str, Any]]:
         "controller": {"store": str(l.state_dir / "cluster.sqlite"), "port": l.collector_port,
                        "address": f"{l.ctld_addr}:{l.collector_port}",
                        # the job stays COMPLETING while EpilogSlurmctld waits: keep test jobs quick
-                       "merge_wait_s": 2.0},
+                       "merge_wait_s": 2.0,
+                       # tests wait for a job's final queue state: no re-reading after the write, except in
+                       # tests/integration/test_coexist_slurm.py, which sets it to test another tool's later write
+                       "admin_comment_recheck_s": 0.0},
     }
 
 
