@@ -59,11 +59,12 @@ def gpu_model() -> tuple[str, str]:
 
 
 def commands(workload: str, out: Path, seconds: float, lead_s: float, tail_s: float, interval: float,
-             how: str) -> tuple[list[str], list[str]]:
-    """(recorder command, workload command) for one workload."""
+             how: str, grace_s: float = 60.0) -> tuple[list[str], list[str]]:
+    """(recorder command, workload command) for one workload; the recorder outlives the longest the workload may
+    run (``seconds`` + ``grace_s``: a model build or compile before its timed work), stopped early at its end."""
     wl = [sys.executable, str(WORKLOADS / f"{workload}.py"), "--seconds", str(seconds)]
     rec = [sys.executable, "-m", "gpuperf.samplers.record", "--out", str(out),
-           "--seconds", str(seconds + lead_s + tail_s + 30), "--interval", str(interval),
+           "--seconds", str(seconds + lead_s + tail_s + max(30.0, grace_s) + 5), "--interval", str(interval),
            "--workload", workload, "--how", f"{how}; workload: {shlex.join([str(Path(wl[1]).relative_to(REPO)), *wl[2:]])}"]
     return rec, wl
 
@@ -72,7 +73,7 @@ def run_one(workload: str, outdir: Path, model: str, seconds: float, lead_s: flo
             interval: float, how: str, grace_s: float = 60.0) -> Path:
     """Record one workload; returns the recording's path."""
     out = outdir / f"{workload}-{model}.jsonl.gz"
-    rec_cmd, wl_cmd = commands(workload, out, seconds, lead_s, tail_s, interval, how)
+    rec_cmd, wl_cmd = commands(workload, out, seconds, lead_s, tail_s, interval, how, grace_s)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                NCCL_NVLS_ENABLE="0")
     rec = subprocess.Popen(rec_cmd, env=env, cwd=REPO)

@@ -58,7 +58,13 @@ CONTRADICTS: dict[str, str] = {
     "torch_compile": r"torch\.compile",
     "math_roof": r"math roof|less math per result|fewer FLOPs|tensor cores do this math",
     "fewer_bytes": r"fewer bytes|DRAM round trips|intermediates stay on chip",
+    # a fused optimizer recommended to a job that already steps one (or has no optimizer)
+    "fused_optimizer": r"fused optimi[sz]ers?|fused AdamW?\b|fused=True|foreach",
+    # PyTorch's own remedies named to a job with no PyTorch in it (JAX, CuPy, plain CUDA: issue 35)
+    "pytorch_only": r"torch\.|PyTorch|DataLoader|num_workers|pin_memory|autocast|fused optimi[sz]ers?|channels_last",
 }
+# categories no hedge excuses: naming a framework the job does not use is wrong however it is conditioned
+UNHEDGED = {"pytorch_only"}
 
 
 def labels(folder: str = WORKLOADS) -> dict[str, dict[str, Any]]:
@@ -114,7 +120,7 @@ def contradictions(label: dict[str, Any], diag: dict[str, Any]) -> list[str]:
     out = []
     for cat in label.get("contradicts", []):
         rx = re.compile(CONTRADICTS[cat], re.I)
-        out += [f"{cat}: {t}" for t in advice(diag) if rx.search(t) and not hedged(t, rx)]
+        out += [f"{cat}: {t}" for t in advice(diag) if rx.search(t) and (cat in UNHEDGED or not hedged(t, rx))]
     return sorted(set(out))
 
 
@@ -123,7 +129,7 @@ def hedged_advice(label: dict[str, Any], diag: dict[str, Any]) -> list[str]:
     out = []
     for cat in label.get("contradicts", []):
         rx = re.compile(CONTRADICTS[cat], re.I)
-        out += [f"{cat}: {t}" for t in advice(diag) if rx.search(t) and hedged(t, rx)]
+        out += [f"{cat}: {t}" for t in advice(diag) if rx.search(t) and cat not in UNHEDGED and hedged(t, rx)]
     return sorted(set(out))
 
 
@@ -169,6 +175,17 @@ def stated_error_pct(dtype: str) -> float:
     return float(roofline.ERROR_PCT)
 
 
+def job_end(ach: dict[str, Any]) -> float:
+    """Where the workload's job ends: its timed work, an idle tail after it (``t_idle_end``), or working phases
+    after the timed one (``t_job_end``: a multi-phase job's evaluation and checkpoint)."""
+    return max(float(ach.get(k, 0.0)) for k in ("t_end", "t_idle_end", "t_job_end"))
+
+
+def is_app(workload: str) -> bool:
+    """Whether a workload is one of the real-application zoo's (``zoo_app_*``, issue 35)."""
+    return workload.startswith("zoo_app_")
+
+
 def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """One recording's row: label, class, contradictions, estimate vs achieved; None when not a zoo workload."""
     wl = fromrecording.workload(path) or ""
@@ -179,7 +196,7 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
     rec = fromrecording.load_recording(path)
     gpu = (rec.header.get("gpus") or [{}])[0].get("name") or "?"
     start = float(ach.get("t_proc", ach.get("t_start", 0.0)))
-    end = max(float(ach.get("t_end", 0.0)), float(ach.get("t_idle_end", 0.0)))
+    end = job_end(ach)
     # a sweep's rates cover the interval before it: the job window starts one interval before t_proc
     ngpu = int(label.get("gpus", 1))
     s_job, diag = _diagnosis(path, (start - rec.interval_s, end + rec.interval_s), ngpu)
@@ -259,17 +276,22 @@ def matrix_md(rows: list[dict[str, Any]], sc: dict[str, Any]) -> str:
     ok1, okn = sum(r["class"] == r["label"] for r in one), sum(r["class"] == r["label"] for r in rows if r not in one)
     split = (f" Single-GPU zoo (issue 30's bar): {ok1} of {len(one)} ({100.0 * ok1 / len(one):.1f}%); 2-GPU communication "
              f"workloads (issue 29): {okn} of {len(rows) - len(one)}.") if one and len(one) < len(rows) else ""
+    app = [r for r in rows if is_app(r["workload"])]
+    if app:
+        ok_app = sum(r["class"] == r["label"] for r in app)
+        split += (f" Real-application zoo (zoo_app_*, issue 35): {ok_app} of {len(app)} "
+                  f"({100.0 * ok_app / len(app):.1f}%), with contradicting advice: {sum(bool(r['contradicts']) for r in app)}.")
     out = [f"Classed as labelled: {sc['classed_as_labelled']} of {sc['n']} recordings ({sc['classed_pct']:.0f}%); "
            f"with advice that contradicts the label: {sc['with_contradictions']}.{split}", "",
            "| label \\ class | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
     for lab in labs:
         out.append(f"| **{lab}** | " + " | ".join(str(count[(lab, c)] or "") for c in classes) + " |")
-    out += ["", "| recording | label | class | phases | dtype | kind | framework |", "|---|---|---|---|---|---|---|"]
+    out += ["", "| recording | set | label | class | phases | dtype | kind | framework |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         mark = "" if r["class"] == r["label"] else " ✗"
         cls = r["class"] + (f" ({r['busy_class']})" if r["busy_class"] else "")
-        out.append(f"| {r['file']} | {r['label']} | {cls}{mark} | {', '.join(r['phases']) or '-'} | {r['dtype']} | "
-                   f"{r['kind']} | {r['framework']} |")
+        out.append(f"| {r['file']} | {'app' if is_app(r['workload']) else 'zoo'} | {r['label']} | {cls}{mark} | "
+                   f"{', '.join(r['phases']) or '-'} | {r['dtype']} | {r['kind']} | {r['framework']} |")
     return "\n".join(out)
 
 

@@ -76,6 +76,31 @@ def jax_sync(x: Any) -> None:
         x.block_until_ready()
 
 
+def module_macs(model: Any, *inputs: Any) -> int:
+    """Multiply-accumulates of ``model``'s Conv2d and Linear layers in one forward pass on ``inputs``, counted by
+    forward hooks from each layer's output size (out elements x in-channels/groups x kernel area; a layer a
+    fused path bypasses is not seen, so count such models by formula)."""
+    import torch
+
+    total = [0]
+
+    def hook(mod: Any, _inp: Any, out: Any) -> None:
+        if isinstance(mod, torch.nn.Conv2d):
+            kh, kw = mod.kernel_size
+            total[0] += out.numel() * (mod.in_channels // mod.groups) * kh * kw
+        else:
+            total[0] += out.numel() * mod.in_features
+
+    hooks = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return total[0]
+
+
 def cpu_busy(seconds: float) -> float:
     """Burn one CPU for ``seconds`` the way start-up does (imports, parsing, data preparation)."""
     end, acc = time.monotonic() + seconds, 0.0

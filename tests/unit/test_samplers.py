@@ -391,6 +391,9 @@ def test_record_workloads_arguments_for_the_allreduce_recording(tmp_path):
     rec, wl = rw.commands("allreduce", out, 40.0, 3.0, 3.0, 1.0, "4x H200")
     assert rec[1:3] == ["-m", "gpuperf.samplers.record"] and str(out) in rec
     assert float(rec[rec.index("--seconds") + 1]) > 46          # outlives lead + workload + tail
+    # and a workload that runs its grace out (a long model build or compile before its timed work)
+    slow, _ = rw.commands("allreduce", out, 5.0, 1.0, 1.0, 0.5, "1x H100", grace_s=100.0)
+    assert float(slow[slow.index("--seconds") + 1]) > 5 + 1 + 1 + 100
     assert wl[1].endswith("benchmarks/workloads/allreduce.py") and wl[-2:] == ["--seconds", "40.0"]
     assert "workload: benchmarks/workloads/allreduce.py --seconds 40.0" in rec[-1]
     with pytest.raises(SystemExit):
