@@ -14,6 +14,13 @@ of the claimed job's user (or root); a claim from another user falls through to 
 cgroup, as a cleared environment does. ``/proc/PID/environ`` is read in chunks with a bound (the kernel
 allows up to 6 MiB of arguments and environment), never whole.
 
+Reading another process's environment reads its memory: a user who maps a FUSE file over its own
+environment pages and never answers makes that read block for ever (issue 36, finding 2). The read runs
+on a helper thread (``procread.Deadline``) and is waited for at most ``ENVIRON_DEADLINE_S``: a process whose read
+does not return is skipped from then on and named once in the log; its user's further processes are
+skipped without waiting once ``MAX_STUCK_PER_UID`` of their reads hang (each holds one thread, blocked in
+the kernel until the read returns).
+
 The same environment says whether a profiler is injected into the process (``parse_environ_profiler``:
 Nsight Compute, Nsight Systems, another CUPTI injection tool): such a tool replays or traces the
 job's kernels and shares the GPU's performance counters, so the sweep counts that job's activity
@@ -27,6 +34,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+from gpuperf.daemon.procread import Deadline
 
 _ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
 ENVIRON_MAX_BYTES = 8 << 20   # above the kernel's 6 MiB for arguments + environment
@@ -123,6 +132,7 @@ class Attributor:
     _cache: dict[tuple[int, int], int | None] = field(default_factory=dict)
     _profilers: dict[tuple[int, int], str | None] = field(default_factory=dict)
     _cgroup_jobs: dict[str, int] = field(default_factory=dict)
+    deadline: Deadline = field(default_factory=Deadline)   # environ reads run off the caller's thread
 
     def _read(self, pid: int, name: str, binary: bool = False) -> bytes | str | None:
         try:
@@ -140,11 +150,19 @@ class Attributor:
         return job if job is None or self._claim_ok(pid, job) else None
 
     def _scan_environ(self, pid: int) -> int | None:
-        """SLURM_JOB_ID from /proc/PID/environ (the first entry naming it)."""
-        for e in self._environ_entries(pid):
-            if e.startswith(_ENV_KEYS):
-                return parse_environ_job(e)
-        return None
+        """SLURM_JOB_ID from /proc/PID/environ (the first entry naming it), read within the deadline."""
+        def scan() -> int | None:
+            for e in self._environ_entries(pid):
+                if e.startswith(_ENV_KEYS):
+                    return parse_environ_job(e)
+            return None
+        return self.deadline.call(pid, self._owner(pid), scan)
+
+    def _owner(self, pid: int) -> int | None:
+        try:
+            return os.stat(os.path.join(self.proc_root, str(pid))).st_uid
+        except OSError:
+            return None
 
     def _environ_entries(self, pid: int) -> Iterator[bytes]:
         """The entries of /proc/PID/environ, read in chunks up to ENVIRON_MAX_BYTES (memory stays ~2 chunks,
@@ -209,7 +227,8 @@ class Attributor:
         if key not in self._profilers:
             if len(self._profilers) > 10000:
                 self._profilers.clear()
-            self._profilers[key] = profiler_in(self._environ_entries(pid))
+            self._profilers[key] = self.deadline.call(pid, self._owner(pid),
+                                                      lambda: profiler_in(self._environ_entries(pid)))
         return job, self._profilers[key]
 
     def _resolve(self, pid: int, ppid: int) -> int | None:

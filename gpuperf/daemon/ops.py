@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import pwd
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpuperf.daemon import deliver as deliver_mod
-from gpuperf.daemon import protocol
+from gpuperf.daemon import protocol, ratelimit
 from gpuperf.daemon.handover import Handover
 from gpuperf.daemon.jobs import Jobs, NodeFacts
 from gpuperf.daemon.pub import sample_dict
@@ -39,6 +40,14 @@ TaskEnv = Callable[..., dict[str, Any]]
 def public_reg(row: dict[str, Any]) -> dict[str, Any]:
     """The registration fields a reply shows."""
     return {k: row.get(k) for k in ("job_id", "uid", "user", "gpus", "cpus", "node", "start", "end", "state", "partial")}
+
+
+def failure_line(e: BaseException) -> str:
+    """An exception in one line: its type, its text cut and escaped, and where in gpuperf's code it was
+    raised (file:line, innermost first), never a traceback holding the data of a request or a user's file."""
+    where = " < ".join(f"{os.path.basename(f.filename)}:{f.lineno}"
+                       for f in reversed(traceback.extract_tb(e.__traceback__)[-4:]))
+    return f"{type(e).__name__}: {ratelimit.one_line(str(e))} (at {where})"
 
 
 def _uid_of(name: str) -> int | None:
@@ -98,6 +107,7 @@ class Ops:
         self.prolog = prolog   # the prolog's steps, for its fast path; None: every prolog runs them itself
         self.epilog, self.taskenv = epilog, taskenv   # likewise for the compiled client's epilog and TaskProlog
         self.later: list[Callable[[], None]] = []      # work an op left for after its reply (``run_later``)
+        self.log_budget = ratelimit.LogBudget()         # root's log lines each user's failed requests may cost
 
     def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
         """One request frame from caller ``uid`` on ``channel`` -> the reply (never raises)."""
@@ -113,9 +123,21 @@ class Ops:
         try:
             return getattr(self, f"op_{req.op}")(req, uid)
         except Exception as e:  # noqa: BLE001 - a bug in one op must not stop the daemon
-            self.log.exception("op %s failed", req.op)
             self.store.rollback_quietly()
-            return protocol.error(f"internal error: {type(e).__name__}: {e}")
+            self.log_failure(req.op, uid, channel, e)
+            return protocol.error(f"internal error: {type(e).__name__}: {ratelimit.one_line(str(e), 200)}")
+
+    def log_failure(self, op: str, uid: int | None, channel: str, e: BaseException) -> None:
+        """One line for an op that raised: its text cut and escaped (the request's data is its sender's), the
+        code's place instead of a traceback, at most ``ratelimit.LOG_LINES`` a minute per user of the user
+        socket (the rest counted in one line)."""
+        if channel == "user" and not self.access.is_admin(uid):
+            ok, held = self.log_budget.take(uid, time.monotonic())
+            if held:
+                self.log.warning("uid %s: %d more failed request(s) not logged", uid, held)
+            if not ok:
+                return
+        self.log.error("op %s from uid %s failed: %s", op, uid, failure_line(e))
 
     def op_ping(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Liveness and what this daemon is."""
@@ -212,8 +234,8 @@ class Ops:
             work = self.later.pop(0)
             try:
                 work()
-            except Exception:  # noqa: BLE001 - one job's hand-over must not stop the daemon (its marker stays)
-                self.log.exception("deferred work failed")
+            except Exception as e:  # noqa: BLE001 - one job's hand-over must not stop the daemon (its marker stays)
+                self.log.error("deferred work failed: %s", failure_line(e))
                 self.store.rollback_quietly()
 
     def op_job(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
@@ -222,13 +244,13 @@ class Ops:
         rj = self.jobs.running.get(job_id)
         if rj is not None:
             if not self.access.may_read(uid, rj.reg["uid"]):
-                return protocol.error(f"job {job_id} is not yours")
+                return protocol.error(f"job {job_id} is not known here")
             return protocol.ok(state="running", job=public_reg(rj.reg), aggregates=rj.agg.to_dict())
         row = self.store.job(job_id)
         if row is None or not self.access.may_read(uid, row["uid"]):
-            # the same answer for "absent" and "not yours": job ids of others are not disclosed
-            return protocol.error(f"job {job_id} is not known here" if row is None or self.access.is_admin(uid)
-                                  else f"job {job_id} is not yours")
+            # one answer for "absent", "not yours" and "someone else's, running": which jobs ran on the node is
+            # not disclosed (finding 4 of issue 36: it matters under PrivateData=jobs)
+            return protocol.error(f"job {job_id} is not known here")
         state = self.store.aggregates(job_id)
         aggs = JobAggregates.from_state(state).to_dict() if state else None
         return protocol.ok(state=row["state"], job=public_reg(row), aggregates=aggs)

@@ -132,11 +132,49 @@ class EnvVar(_Record):
         return d
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "EnvVar":
-        """Inverse of to_dict."""
+    def from_dict(d: dict[str, Any], where: str = "var") -> "EnvVar":
+        """Inverse of to_dict; ValueError (one short line, none of the record's text) for one that is not."""
+        _fields_of(d, EnvVar._fields, ("name", "value"), where)
         below = d.get("nccl_below")
-        return EnvVar(d["name"], str(d["value"]), d.get("reason", ""), d.get("rule", ""),
-                      tuple(below) if below else None, d.get("per_task"))
+        if below is not None and (not isinstance(below, list) or len(below) > 3
+                                  or any(isinstance(x, bool) or not isinstance(x, int) for x in below)):
+            raise ValueError(f"plan: {where}.nccl_below is not a version")
+        value = d["value"]
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"plan: {where}.value is not a string")
+        return EnvVar(_text(d["name"], where, "name"), _text(str(value), where, "value"),
+                      _text(d.get("reason", ""), where, "reason"), _text(d.get("rule", ""), where, "rule"),
+                      tuple(below) if below else None,
+                      None if d.get("per_task") is None else _text(d["per_task"], where, "per_task"))
+
+
+# a plan's bounds (the prolog writes ~20 variables of a few hundred characters each; the file is its
+# user's to rewrite, and the root daemon reads it for each TaskProlog: issue 36, finding 1)
+PLAN_MAX_ITEMS = 256
+PLAN_MAX_TEXT = 4096
+
+
+def _text(v: Any, where: str, key: str) -> str:
+    if not isinstance(v, str) or len(v) > PLAN_MAX_TEXT:
+        raise ValueError(f"plan: {where}.{key} is not a string of at most {PLAN_MAX_TEXT} characters")
+    return v
+
+
+def _fields_of(d: Any, fields: Sequence[str], required: Sequence[str], where: str) -> None:
+    """``d`` is an object with only ``fields`` and every one of ``required`` (the error names no key of it)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"plan: {where} is not an object")
+    if any(k not in fields for k in d):
+        raise ValueError(f"plan: {where} has a field that is not one of {', '.join(fields)}")
+    if any(k not in d for k in required):
+        raise ValueError(f"plan: {where} lacks one of {', '.join(required)}")
+
+
+def _items(d: dict[str, Any], key: str) -> list[Any]:
+    v = d.get(key, [])
+    if not isinstance(v, list) or len(v) > PLAN_MAX_ITEMS:
+        raise ValueError(f"plan: {key} is not a list of at most {PLAN_MAX_ITEMS}")
+    return v
 
 
 class Skipped(_Record):
@@ -177,11 +215,18 @@ class EnvPlan:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "EnvPlan":
-        """Inverse of to_dict; raises ValueError on another schema."""
-        if d.get("schema") != SCHEMA:
-            raise ValueError(f"not a {SCHEMA} plan: {d.get('schema')!r}")
-        return EnvPlan([EnvVar.from_dict(v) for v in d.get("vars", [])],
-                       [Skipped(**s) for s in d.get("skipped", [])], list(d.get("notes", [])), d.get("disabled"))
+        """Inverse of to_dict; ValueError, one short line naming where (never the record's own text, which
+        its user may have made 900,000 characters long), for another schema or a plan out of its bounds."""
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise ValueError(f"not a {SCHEMA} plan")
+        skipped = []
+        for i, s in enumerate(_items(d, "skipped")):
+            _fields_of(s, Skipped._fields, Skipped._fields, f"skipped[{i}]")
+            skipped.append(Skipped(*(_text(s[k], f"skipped[{i}]", k) for k in Skipped._fields)))
+        disabled = d.get("disabled")
+        return EnvPlan([EnvVar.from_dict(v, f"vars[{i}]") for i, v in enumerate(_items(d, "vars"))], skipped,
+                       [_text(n, f"notes[{i}]", "text") for i, n in enumerate(_items(d, "notes"))],
+                       None if disabled is None else _text(disabled, "plan", "disabled"))
 
 
 def parse_version(text: str | None) -> tuple[int, int, int] | None:

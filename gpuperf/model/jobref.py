@@ -15,6 +15,7 @@ FORMS = ("12 (a job, or a whole array or het job where a listing is asked for)",
 
 _STEP = r"(?:\d+|batch|extern|interactive)"
 _RE = re.compile(rf"(?P<job>[1-9]\d{{0,9}})(?:_(?P<task>\d{{1,9}})|\+(?P<het>\d{{1,5}}))?(?:\.(?P<step>{_STEP}))?", re.ASCII)
+_STEP_RE = re.compile(_STEP, re.ASCII)
 # what sacct and squeue print: also pending array ranges such as 8_[4-9%2]
 _SHOWN = re.compile(r"(?P<job>\d+)(?:_(?P<task>\d+|\[[^\]]*\])|\+(?P<het>\d+))?(?:\.(?P<step>[A-Za-z0-9_-]+))?", re.ASCII)
 
@@ -70,6 +71,12 @@ def parse(text: str) -> JobRef:
     task, het = m.group("task"), m.group("het")
     return JobRef(int(m.group("job")), int(task) if task is not None else None,
                   int(het) if het is not None else None, m.group("step"))
+
+
+def step_id(text: str) -> str | None:
+    """A step id as Slurm names steps (``0``, ``batch``, ``extern``, ``interactive``), else None."""
+    t = str(text)
+    return t if len(t) <= 10 and _STEP_RE.fullmatch(t) else None
 
 
 def parse_shown(text: str) -> JobRef | None:

@@ -270,9 +270,9 @@ def test_op_job_shows_a_users_own_job_and_not_anothers(tmp_path):
     ops, jobs, _, _ = _ops(tmp_path)
     jobs.register({"job_id": 8, "uid": 1000, "gpus": [0]})
     assert _ask(ops, "job", {"job_id": 8}, uid=1000)["state"] == "running"
-    assert _ask(ops, "job", {"job_id": 8}, uid=1001)["error"] == "job 8 is not yours"
+    assert _ask(ops, "job", {"job_id": 8}, uid=1001)["error"] == "job 8 is not known here"
     jobs.finalize(8, None, partial=False)
-    assert _ask(ops, "job", {"job_id": 8}, uid=1001)["error"] == "job 8 is not yours"
+    assert _ask(ops, "job", {"job_id": 8}, uid=1001)["error"] == "job 8 is not known here"
     assert _ask(ops, "job", {"job_id": 8}, uid=500)["state"] == "finalized"
     assert _ask(ops, "job", {"job_id": 9}, uid=500)["error"] == "job 9 is not known here"
 
