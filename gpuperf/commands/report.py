@@ -15,7 +15,6 @@ import os
 import sys
 
 from gpuperf.files import config as config_mod
-from gpuperf import diagnosis
 from gpuperf.jobrecords import JobLookupError, JobRecords, JobRefError, is_admin, series, summaries
 from gpuperf.model.profiled import mask_series
 
@@ -67,11 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         from gpuperf.report import html
 
-        # whatever source had the summary: the series come from their own sources
+        # whatever source had the summary: the series come from their own sources, for the charts only; the
+        # judgement is the stored one, as every other reader shows it (issue 35)
         got = _masked(records.series(job, s, cfg.report.html_max_points, args.series_source), s)
-        if got.data:
-            # the series add evidence (bursts) the summary alone cannot show
-            s = dict(s, diagnosis=diagnosis.diagnose(s, got.data, cfg.report.thresholds).to_dict())
         from gpuperf.fleet.jobview import job_fleet
 
         page = html.render(s, got.data, cfg.report.html_max_points, fleet=job_fleet(cfg, s), series_note=got.line())

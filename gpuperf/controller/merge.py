@@ -38,6 +38,10 @@ def _on_controller_clock(s: dict, offset: float) -> dict:
     for k in ("start", "end"):
         if isinstance(s.get(k), (int, float)):
             s[k] = s[k] - offset
+    if isinstance(s.get(jobsummary.PHASE_SERIES), dict):
+        # the phases' evidence moves with the node's times, so the merged phases line up across nodes
+        s[jobsummary.PHASE_SERIES] = {g: dict(v, t=[x - offset for x in v.get("t") or [] if isinstance(x, (int, float))])
+                                      for g, v in s[jobsummary.PHASE_SERIES].items() if isinstance(v, dict)}
     return s
 
 

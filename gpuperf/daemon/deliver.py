@@ -136,6 +136,10 @@ def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tupl
         summary = node_summary(aggregates, ctx)
         if isinstance(context.get("controller_series"), dict):
             summary["series"] = context["controller_series"]  # gpuperf.series.v1: the controller charts from it
+        if isinstance(context.get("series"), dict):
+            # the evidence of this node's phases, kept with its judgement: a merge of several nodes judges the
+            # job from every node's, as this node judged its part (``jobsummary.merge``), never without them
+            summary["phase_series"] = context["series"]
         jobstate.write_json(d / "node_summary.json", summary)
         out["summary"] = str(d / "node_summary.json")
     except Exception as e:  # noqa: BLE001 - a summary bug must not lose the aggregates written above
@@ -143,6 +147,22 @@ def write(cfg: Any, aggregates: dict[str, Any], context: dict[str, Any]) -> tupl
         log.get("daemon").error("job %s: node summary failed: %s: %s", job_id, type(e).__name__, e)
         return out, None
     return out, summary
+
+
+# what a node summary carries besides its judgement: charts (``series``) and the phases' evidence for the
+# controller's merge (``phase_series``); readers are served the judgement, and their series apart
+EVIDENCE_KEYS = ("series", "phase_series")
+
+
+def stored_summary(run_dir: str, job_id: int) -> dict[str, Any] | None:
+    """The node summary this node made and kept at the job's end (``node_summary.json``), without its series;
+    None when there is none (not finalised here, or pruned). The judgement in it is the one the node sent."""
+    from gpuperf.model.summary import SCHEMA
+
+    s = jobstate.read_json(jobstate.job_dir(run_dir, job_id) / "node_summary.json")   # root's file, root's dir
+    if not isinstance(s, dict) or s.get("schema") != SCHEMA:
+        return None
+    return {k: v for k, v in s.items() if k not in EVIDENCE_KEYS}
 
 
 def send_summary(cfg: Any, summary: dict[str, Any], attempts: int = 3, errors: list[str] | None = None) -> dict[str, Any]:

@@ -239,7 +239,7 @@ class Ops:
                 self.store.rollback_quietly()
 
     def op_job(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
-        """Aggregates of one job, live while it runs."""
+        """Aggregates of one job, live while it runs; once finished, with the node summary kept at its end."""
         job_id = int(req.job["job_id"])
         rj = self.jobs.running.get(job_id)
         if rj is not None:
@@ -253,7 +253,10 @@ class Ops:
             return protocol.error(f"job {job_id} is not known here")
         state = self.store.aggregates(job_id)
         aggs = JobAggregates.from_state(state).to_dict() if state else None
-        return protocol.ok(state=row["state"], job=public_reg(row), aggregates=aggs)
+        # a finished job's judgement is the one this node made at its end, with its series: served as kept
+        # (issue 35), so its owner never reads a weaker one rebuilt from the aggregates without them
+        summary = deliver_mod.stored_summary(self.cfg.general.run_dir, job_id) if row["state"] != "running" else None
+        return protocol.ok(state=row["state"], job=public_reg(row), aggregates=aggs, summary=summary)
 
     def op_jobs(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Registrations on this node (the caller's own unless admin), newest first."""

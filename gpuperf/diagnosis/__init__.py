@@ -91,7 +91,7 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         d.evidence += imb
     if series and unused:
         # the working GPUs' series: bursts and phases of the GPUs that did nothing say nothing
-        keep = {str(g.get("gpu")) for g in used}
+        keep = {str(g.get("gpu")) for g in used} | {f"{g.get('node')}:{g.get('gpu')}" for g in used}  # one node's, or a merge's
         series = {k: v for k, v in series.items() if k in keep}
     if series and cls not in ("no_data",):
         burst = _bursts(series, th)

@@ -27,15 +27,27 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     return s
 
 
+PHASE_SERIES = "phase_series"   # a node summary's coarse series (the node's ``context["series"]``): its phases' evidence
+
+
 def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dict | None = None) -> dict:
-    """One summary for a multi-node job (``model.summary.join``), estimated and diagnosed; a job of one node
-    that reported keeps that node's diagnosis."""
+    """One summary for a multi-node job (``model.summary.join``), estimated and diagnosed from every node's
+    phase series (``PHASE_SERIES``, as each node judged its own part); a job of one node that reported keeps
+    that node's diagnosis. The series are evidence, not part of the job's summary."""
     out = summary.join(node_summaries, expected_nodes)
+    out.pop(PHASE_SERIES, None)
     if isinstance(out.get("diagnosis"), dict):
         return out
     out["estimates"], roof = estimates(out["gpus"])
-    out["diagnosis"] = diagnose(out, thresholds=thresholds, roof=roof).to_dict()
+    out["diagnosis"] = diagnose(out, phase_series(node_summaries), thresholds=thresholds, roof=roof).to_dict()
     return out
+
+
+def phase_series(node_summaries: list[dict]) -> dict | None:
+    """Every node's phase series, keyed ``node:gpu`` as the merged summary's GPUs are; None when no node sent any."""
+    out = {f"{(s.get('nodes') or ['?'])[0]}:{gpu}": ser for s in node_summaries if isinstance(s, dict)
+           and isinstance(s.get(PHASE_SERIES), dict) for gpu, ser in s[PHASE_SERIES].items()}
+    return out or None
 
 
 def estimates(gpus: list[dict]) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -18,8 +18,9 @@ SERIES_FIELDS = (*phases.SERIES_FIELDS, "power_w")
 
 
 def replay_job(path: str, job_id: int = 1, node: str = "n1", gpus: int | None = None, start_t: float = 1.7637e9,
-               loops: int = 1, with_series: bool = False) -> tuple[dict[str, Any], dict[str, dict] | None]:
-    """(aggregates dict, series or None) of a job that ran the recording ``loops`` times on ``gpus`` GPUs."""
+               loops: int = 1, with_series: bool = False, store: Any = None) -> tuple[dict[str, Any], dict[str, dict] | None]:
+    """(aggregates dict, series or None) of a job that ran the recording ``loops`` times on ``gpus`` GPUs;
+    ``store``: a daemon ``Store`` that keeps each sweep, as the daemon's does."""
     sampler = ReplaySampler(path, clock="virtual", loop=loops > 1, gpus=gpus, start_t=start_t)
     header = sampler.rec.header
     names = {int(g["index"]): g.get("name") for g in header.get("gpus", [])}
@@ -38,6 +39,8 @@ def replay_job(path: str, job_id: int = 1, node: str = "n1", gpus: int | None = 
             break
         last_t = sweep[0].t
         agg.add_sweep(last_t, sweep)
+        if store is not None:
+            store.in_transaction(store.add_samples, sweep)
         if series is not None:
             for s in sweep:
                 ser = series[str(s.gpu)]
@@ -47,6 +50,27 @@ def replay_job(path: str, job_id: int = 1, node: str = "n1", gpus: int | None = 
     agg.energy_reading(sampler.read_energy(), last_t)
     agg.end = last_t
     return agg.to_dict(), series
+
+
+def node_judgement(path: str, cfg: Any, store: Any, job_id: int = 1, node: str = "n1", uid: int | None = None,
+                   user: str | None = None, gpus: int | None = None,
+                   start_t: float = 1.7637e9) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(aggregates, node summary as sent) of a job that ran the recording, judged as a node judges a job at its
+    end: its sweeps kept in the daemon ``store``, the series the hand-over reads from it (``daemon.handover``),
+    the summary the delivery writes into the job's dir under ``cfg.general.run_dir`` (``daemon.deliver``)."""
+    import logging
+
+    from gpuperf.daemon import deliver, handover
+
+    aggs, _ = replay_job(path, job_id=job_id, node=node, gpus=gpus, start_t=start_t, store=store)
+    taken: list[tuple[dict, dict]] = []
+    hand = handover.Handover(store, lambda a, c: taken.append((a, c)), cfg.controller.series_points,
+                             logging.getLogger("gpuperf.replay"))
+    hand.deliver_finalised(aggs, {"job_id": job_id, "user": user, "uid": uid, "node": node, "exit_code": 0})
+    done, summary = deliver.write(cfg, *taken[0])
+    if summary is None:
+        raise RuntimeError(f"{path}: no node summary: {'; '.join(done['errors'])}")
+    return aggs, summary
 
 
 def workload(path: str) -> str | None:

@@ -180,6 +180,9 @@ def _summary_html(s: dict) -> str:
              f"{_e(job.get('gpu_count', 0))} GPU(s) · wall {_e(terminal.fmt_duration(s.get('wall_s')))} · "
              f"{_e(units.gpu_time(job.get('gpu_hours')))}, {_e(units.gpu_time(job.get('wasted_gpu_hours')))} wasted · "
              f"{_e(units.energy(job.get('energy_kwh')))}</div>"]
+    if s.get("live"):
+        parts.append("<div class='partial' id='live'>Running: live from the node daemon, the job so far (its end keeps "
+                     "the judgement every reader then shows)</div>")
     if q.get("partial"):
         parts.append(f"<div class='partial'>Partial summary: {_e('; '.join(q.get('reasons') or []))}</div>")
     for reason in q.get("ignored") or []:

@@ -1,12 +1,13 @@
 """The lines gpuperf adds to Slurm's end-of-job mail (``gpuperf-mail``): pure, from summaries.
 
-One job: its headline in words and its top recommendation. A whole array (Slurm's "Array Summary"
+One job: its headline in words, its phases and estimated rate (the stored judgement every report shows) and
+its top recommendation. A whole array (Slurm's "Array Summary"
 mail): one line per task, the most wasteful first, at most ``MAX_TASKS``.
 """
 
 from __future__ import annotations
 
-from gpuperf.report.units import energy, gpu_time, pct
+from gpuperf.report.units import duration, energy, gpu_time, pct
 
 MAX_TASKS = 10
 
@@ -27,10 +28,31 @@ def headline(name: str, s: dict) -> str:
     return f"Job {name}: " + ", ".join(parts)
 
 
+def phases_line(s: dict) -> str | None:
+    """'Phases: 25 s start-up 17%, 1.2 min compute-bound 83%' from the stored judgement; None for one phase."""
+    got = [ph for ph in (s.get("diagnosis") or {}).get("phases") or [] if isinstance(ph, dict)]
+    if not got:
+        return None
+    return "Phases: " + ", ".join(
+        f"{duration((ph.get('end') or 0) - (ph.get('start') or 0))} {str(ph.get('class') or '?').replace('_', '-')} "
+        f"{pct(ph.get('share_pct'))}" for ph in got)
+
+
+def rates_line(s: dict) -> str | None:
+    """'Estimated rate: 410 TFLOP/s per GPU, DRAM 900 GB/s (H100 80GB HBM3)' from the stored estimates; None without."""
+    e = s.get("estimates") or {}
+    tf, bw = e.get("tflops_est_per_gpu"), e.get("dram_gbps")
+    if not e.get("model") or (tf is None and bw is None):
+        return None
+    return (f"Estimated rate: {'n/a' if tf is None else f'{tf:.0f}'} TFLOP/s per GPU, DRAM "
+            f"{'n/a' if bw is None else f'{bw:.0f}'} GB/s ({e['model']})")
+
+
 def job_lines(name: str, s: dict) -> list[str]:
-    """The headline, the top recommendation, and where the full report is."""
+    """The headline, the phases and the estimated rate (as every report shows them), the top recommendation,
+    and where the full report is."""
     recs = (s.get("diagnosis") or {}).get("recommendations") or []
-    out = [headline(name, s)]
+    out = [headline(name, s)] + [x for x in (phases_line(s), rates_line(s)) if x]
     if recs:
         out.append(f"Top recommendation: {recs[0]}")
     out.append(f"Full report: gpuperf report {name}")

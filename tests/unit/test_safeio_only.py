@@ -45,7 +45,8 @@ ALLOWED = {
     "names = os.listdir(d)": "pending markers and the outbox: root-only state dir",
     "with os.scandir(jobs_dir) as it:": "<run_dir>/jobs: root's directory; entries are lstat'ed, never opened or followed",
     "data = jobstate.read_json(p)": "pending marker (root-only state dir)",
-    's = jobstate.read_json(jobstate.job_dir(cfg.general.run_dir, job_id) / "node_summary.json")': "root's file",
+    's = jobstate.read_json(jobstate.job_dir(run_dir, job_id) / "node_summary.json")   # root\'s file, root\'s dir':
+        "node_summary.json: root's file in the root-owned job dir",
     'with open(args.html, "w", encoding="utf-8") as f:': "a write, to the caller's own path",
     "self.open()": "the daemon opening its own store and sockets",
     'with open(os.path.join(self.proc_root, str(pid), "environ"), "rb", buffering=0) as f:':

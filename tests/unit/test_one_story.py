@@ -1,0 +1,190 @@
+"""One story per job (issue 35): every reader shows the judgement made once, where the series are, and kept.
+
+For every recording (``tests/data/recordings``, ``zoo/`` included) a job is run through the product's path
+without a cluster: its sweeps into a daemon store, the hand-over's series, the node summary the delivery
+writes (``fromrecording.node_judgement``), the controller's intake, merge, store and AdminComment. Then
+each reader is asked as it asks in production: the AdminComment decoded, ``gpuperf report --json`` as the
+job's owner (from the node daemon's ``job`` op, and from sacct) and as an admin (the controller's store),
+``gpuperf report --html`` (the summary embedded in the page, and the class and phases it shows) and the end
+mail (``gpuperf-mail``). Class, phases and rates (the diagnosis and the estimates) must be the node's, or
+for a job of two nodes the controller's merge, in every one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import html as html_mod
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuperf.access.slurm import Slurm
+from gpuperf.commands import report as report_cmd
+from gpuperf.controller import clusterstore, merge
+from gpuperf.daemon import client, protocol
+from gpuperf.daemon.ops import Access, Ops
+from gpuperf.daemon.store import Store
+from gpuperf.files import config
+from gpuperf.jobrecords import summaries
+from gpuperf.model import admincomment
+from gpuperf.report import fromrecording, mailtext
+from gpuperf.wrappers import mail
+
+HERE = Path(__file__).resolve().parents[1] / "data" / "recordings"
+RECORDINGS = sorted(glob.glob(str(HERE / "*.jsonl.gz")) + glob.glob(str(HERE / "zoo" / "*.jsonl.gz")))
+OWNER = 64123                 # a uid with no passwd entry: an ordinary user, never an admin
+# the estimates' fixed texts: an AdminComment too long for its budget drops them first (admincomment._slim)
+TEXTS = ("label", "source")
+
+
+def story(s: dict) -> dict:
+    """What every reader must agree on: the judgement (class, phases, evidence, advice) and the rates."""
+    est = {k: v for k, v in (s.get("estimates") or {}).items() if k not in TEXTS}
+    return {"diagnosis": s.get("diagnosis"), "estimates": est}
+
+
+def _cfg(base: Path, node: str) -> config.Config:
+    cfg = config.defaults()
+    cfg.data["general"].update(run_dir=str(base / node / "run"), state_dir=str(base / "state"), log_file="",
+                               slurm_bin_dir=str(base / "noslurm"))
+    cfg.data["daemon"].update(socket_dir=str(base / "nosock"), user_socket_dir=str(base / "nousock"))
+    return cfg
+
+
+def _node(cfg: config.Config, base: Path, path: str, job_id: int, node: str) -> tuple[dict, Store]:
+    """The node's summary as sent, and its daemon store holding the job as finalised."""
+    store = Store(base / f"{node}.sqlite")
+    aggs, sent = fromrecording.node_judgement(path, cfg, store, job_id=job_id, node=node, uid=OWNER, user="owner")
+    store.in_transaction(store.put_job, {"job_id": job_id, "uid": OWNER, "user": "owner", "gpus": [int(g) for g in aggs["gpus"]],
+                                         "node": node, "start": aggs["start"]}, aggs["start"])
+    store.in_transaction(store.finish_job, job_id, aggs["end"], False, aggs["end"])
+    return sent, store
+
+
+def _controller(cfg: config.Config, job_id: int, sent: list[dict]) -> str:
+    """What the controller service does with the nodes' summaries: keep them, merge, store, AdminComment."""
+    with clusterstore.ClusterStore(clusterstore.default_path(cfg)) as st:
+        for s in sent:
+            st.put_node_summary(json.loads(json.dumps(s)))          # as received: JSON over the transport
+        parts = {n: s for n, s in st.node_summaries(job_id).items()}
+        nodes = sorted(parts)
+        merged = merge.merge_job(parts, nodes, {"job_id": job_id, "user": "owner", "uid": OWNER},
+                                 max(s["end"] for s in sent), thresholds=cfg.report.thresholds)
+        raw = admincomment.compressed(merged)
+        st.put_job(merged, blob=raw)
+    return admincomment.encode(merged, raw=raw)
+
+
+def _daemon(monkeypatch, store: Store, cfg: config.Config) -> None:
+    """The node daemon's ops on its store, asked by the job's owner on the user socket."""
+    ops = Ops(access=Access(slurm_uid=None), jobs=argparse.Namespace(running={}), store=store, handover=None,
+              view=None, health=lambda: None, facts=None, sampler=None, clock=lambda: 0.0, started=0.0,
+              stats={"requests": 0, "bad_requests": 0}, cfg=cfg, log=None)
+
+    def request(_cfg, op, job=None, timeout_s=None, channel=None):
+        reply = ops.handle(protocol.encode(protocol.request(op, job)), OWNER, "user")
+        if not reply.get("ok"):
+            raise client.DaemonRefused(str(reply.get("error")))
+        return reply
+
+    monkeypatch.setattr(client, "request", request)
+
+
+def _report(monkeypatch, capsys, cfg_path: str, job_id: int, *, source: str = "auto", html: str | None = None,
+            owner: bool = False) -> dict:
+    """``gpuperf report JOBID --json`` (or ``--html``), as the owner or as root; the summary it shows."""
+    monkeypatch.setenv("GPUPERF_CONFIG", cfg_path)
+    with monkeypatch.context() as m:
+        if owner:
+            m.setattr(os, "getuid", lambda: OWNER)
+        args = argparse.Namespace(job_id=str(job_id), json=html is None, html=html, source=source,
+                                  series_source="auto")
+        assert report_cmd.run(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    if html is None:
+        return json.loads(out)
+    page = Path(html).read_text()
+    s = json.loads(html_mod.unescape(re.search(r"<pre>(.*?)</pre>", page, re.S).group(1)))
+    shown = html_mod.unescape(re.search(r"id='diagnosis-class'>([^<]*)<", page).group(1))
+    assert shown == str(s["diagnosis"]["class"]).replace("_", "-")
+    phases = re.search(r"<ol id='phases'>(.*?)</ol>", page, re.S)
+    assert len(re.findall("<li>", phases.group(1)) if phases else []) == len(s["diagnosis"].get("phases") or [])
+    return s
+
+
+def _mail(monkeypatch, cfg: config.Config, job_id: int) -> str:
+    monkeypatch.setattr(Slurm, "sacct_jobs", lambda self, ids, fields: {int(j): {"AllocTRES": "gres/gpu=1"} for j in ids})
+    return mail.added_text(cfg, {"SLURM_JOB_ID": str(job_id), "SLURM_JOB_MAIL_TYPE": "Ended"}, "Slurm Job_id ended")
+
+
+def _write_cfg(base: Path, cfg: config.Config) -> str:
+    p = base / f"{Path(cfg.general.run_dir).parent.name}.toml"
+    g = cfg.general
+    p.write_text(f'[general]\nrun_dir = "{g.run_dir}"\nstate_dir = "{g.state_dir}"\nlog_file = ""\n'
+                 f'slurm_bin_dir = "{g.slurm_bin_dir}"\n[daemon]\nsocket_dir = "{cfg.daemon.socket_dir}"\n'
+                 f'user_socket_dir = "{cfg.daemon.user_socket_dir}"\n')
+    return str(p)
+
+
+def _readers(monkeypatch, capsys, tmp_path: Path, cfg: config.Config, job_id: int, ac: str) -> dict[str, dict]:
+    """Every reader's summary of the job (the node daemon of ``cfg``'s node serving its owner)."""
+    monkeypatch.setattr(Slurm, "admin_comment", lambda self, j: ac if int(j) == job_id else "")
+    cfg_path = _write_cfg(tmp_path, cfg)
+    got = {"AdminComment": admincomment.decode(ac),
+           "admin --json": _report(monkeypatch, capsys, cfg_path, job_id),
+           "owner --json (sacct)": _report(monkeypatch, capsys, cfg_path, job_id, source="sacct", owner=True),
+           "admin --html": _report(monkeypatch, capsys, cfg_path, job_id, html=str(tmp_path / "job.html"))}
+    # the owner on a node, where the controller's store is not theirs to read
+    with monkeypatch.context() as m:
+        m.setattr(summaries, "_from_controller", _unreadable)
+        got["owner --json"] = _report(monkeypatch, capsys, cfg_path, job_id, owner=True)
+        got["owner --html"] = _report(monkeypatch, capsys, cfg_path, job_id, owner=True, html=str(tmp_path / "own.html"))
+    return got
+
+
+def _unreadable(cfg, job_id):
+    raise PermissionError("unable to open database file")
+
+
+def _mail_says(s: dict, text: str) -> None:
+    for line in mailtext.job_lines("x", s)[:-1]:
+        assert line.partition(": ")[2] in text, (line, text)
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=[os.path.basename(p).split(".")[0] for p in RECORDINGS])
+def test_every_reader_shows_the_nodes_stored_judgement(path, tmp_path, monkeypatch, capsys):
+    cfg = _cfg(tmp_path, "n1")
+    sent, store = _node(cfg, tmp_path, path, 7, "n1")
+    ac = _controller(cfg, 7, [sent])
+    _daemon(monkeypatch, store, cfg)
+    want = story(sent)
+    got = _readers(monkeypatch, capsys, tmp_path, cfg, 7, ac)
+    # the node's own store, as its owner reads it before the controller has written anything
+    got["owner --json (node daemon)"] = _report(monkeypatch, capsys, _write_cfg(tmp_path, cfg), 7, source="daemon", owner=True)
+    for reader, s in got.items():
+        assert story(s) == want, f"{reader} differs from the node's judgement"
+        assert not s.get("live")
+    _mail_says(sent, _mail(monkeypatch, cfg, 7))
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=[os.path.basename(p).split(".")[0] for p in RECORDINGS])
+def test_a_job_of_two_nodes_is_judged_from_both_nodes_series_and_read_alike(path, tmp_path, monkeypatch, capsys):
+    cfgs = {n: _cfg(tmp_path, n) for n in ("n1", "n2")}
+    nodes = {n: _node(cfgs[n], tmp_path, path, 8, n) for n in cfgs}
+    ac = _controller(cfgs["n1"], 8, [sent for sent, _ in nodes.values()])
+    merged = admincomment.decode(ac)
+    one = nodes["n1"][0]["diagnosis"]
+    # the same work on two nodes is the same story: the merge found the phases each node found, from their series
+    assert [(p["class"], p["share_pct"]) for p in merged["diagnosis"]["phases"]] == \
+        [(p["class"], p["share_pct"]) for p in one["phases"]]
+    # (the class may differ: a job of several nodes moving bytes over PCIe can be communicating, one node cannot)
+    _daemon(monkeypatch, nodes["n1"][1], cfgs["n1"])
+    got = _readers(monkeypatch, capsys, tmp_path, cfgs["n1"], 8, ac)
+    for reader, s in got.items():
+        assert story(s) == story(merged), f"{reader} differs from the controller's merge"
+        assert "phase_series" not in s and s["nodes"] == ["n1", "n2"], reader
+    _mail_says(merged, _mail(monkeypatch, cfgs["n1"], 8))
