@@ -111,19 +111,21 @@ def classify(s: Signals, th: dict[str, float]) -> tuple[str, list[str]]:
 
 
 def _scattered(s: Signals, th: dict[str, float]) -> list[str]:
-    """Evidence that DRAM past its bar is kept busy by scattered accesses, not by streaming (empty when not):
-    SMs busy, every math pipe measured and quiet (tensor, FP and integer), and DRAM well under the activity
-    a kernel that only moves memory reaches when it streams. Without the integer pipe (DCGM) nothing is said."""
+    """Evidence that DRAM past its bar is held by where the loads go, not by the bandwidth (empty when not): SMs
+    busy, every math pipe measured and quiet (tensor, FP and integer), and DRAM under the ceiling of scattered
+    sector accesses (``stream_dram_pct``, thresholds.SOURCES): a kernel that moves memory past it streams, so is
+    memory-bound (a fused optimiser step, a multi-tensor apply, attention decode). Without the integer pipe
+    (DCGM) nothing is said."""
     if s.sm is None or s.sm < 50.0 or s.dram is None or s.dram >= th["stream_dram_pct"]:
         return []
     if s.pipes is None or s.int_pipe is None or max(s.pipes, s.int_pipe) >= th["quiet_pipe_pct"]:
         return []
     return [f"DRAM active {pct(s.dram)} with SM active {pct(s.sm)} and no math pipe at work (tensor {pct(s.tensor)}, "
-            f"FP pipes {pct(s.fp_max)}, integer {pct(s.int_pipe)}): a kernel that only moves memory streams at "
-            f"{th['stream_dram_pct']:.0f}% DRAM activity or more when its accesses are coalesced, so these warps wait "
-            "on where their loads go (gathers, random lookups, uncoalesced or dependent loads), and the DRAM "
-            "activity counts whole sectors moved for single elements; Nsight Compute's sectors per request "
-            "(memory workload analysis) measures the waste"]
+            f"FP pipes {pct(s.fp_max)}, integer {pct(s.int_pipe)}): under the {th['stream_dram_pct']:.0f}% that "
+            "scattered accesses reach at most (random gathers move whole sectors for single elements and are held by "
+            "the DRAM's row activations) and coalesced streams pass, so these warps wait on where their loads go "
+            "(gathers, random lookups, uncoalesced or dependent loads) or hold too few bytes in flight to cover the "
+            "latency; Nsight Compute's sectors per request (memory workload analysis) tells which"]
 
 
 def _transfer(s: Signals, th: dict[str, float]) -> list[str]:

@@ -293,6 +293,25 @@ def test_dram_busy_with_no_math_well_under_the_streaming_rate_is_scattered_acces
     assert not any(w in recs(d) for w in ("attention", "FP8", "TF32", "CUDA graphs", "8-bit"))
 
 
+@pytest.mark.parametrize("what, dram", [
+    # issue 35: a fused Adam step over 256M fp32 parameters (76% of peak by its ideal bytes, DRAM ~69%) was told to
+    # coalesce its accesses; multi-tensor applies and attention decode stream at 65-75% as well
+    ("fused Adam step", 69.0), ("multi-tensor apply", 66.0), ("attention decode", 74.0)])
+def test_a_streaming_kernel_past_the_ceiling_of_scattered_accesses_is_memory_bound(what, dram):
+    d, _ = diag(util_gpu_pct=100.0, sm_active_pct=97.0, sm_occupancy_pct=60.0, tensor_active_pct=0.0,
+                fp16_active_pct=0.0, fp32_active_pct=4.0, int_active_pct=6.0, dram_active_pct=dram)
+    assert d.cls == "memory_bound", what
+    assert "coalesced" not in recs(d) and not any("sectors per request" in e for e in d.evidence), what
+
+
+def test_the_streaming_bar_stands_above_the_measured_ceiling_of_random_gathers():
+    # the rule's source (thresholds.SOURCES): random gathers on H100 and H200 reach 59-61% DRAM activity
+    from gpuperf.diagnosis.thresholds import DEFAULTS, SOURCES
+
+    assert 61.0 < DEFAULTS["stream_dram_pct"] <= 65.0
+    assert "zoo_gather_random_fp32" in SOURCES["stream_dram_pct"]
+
+
 @pytest.mark.parametrize("what, changes", [
     # a kernel that only moves memory and streams it: triad / axpy / reduce_sum at 87-92% DRAM
     ("streaming", {"dram_active_pct": 90.0}),
