@@ -11,7 +11,10 @@ Interleaving puts every row under the same machine load; the ratio to ``bare`` i
 travels between machines. The fastest run of each row (``min``) is the one least disturbed by other
 work: on a shared machine, the nearest to what a quiet one gives. Each prolog's job has a cpuset cgroup (a fake tree, ``affinity.cgroup_root``)
 as ``PrologFlags=Contain`` gives it on a node, so its CPUs come from there, not from an scontrol call. Also prints each row's child CPU time (user+sys) and the load average.
-``--baseline DIR`` adds the same hooks run from another checkout (``git archive REV | tar -x -C DIR``),
+``--layout v2-sluid`` makes each job's cpuset where Slurm 26.05 puts it (cgroup v2, the job's directory named by
+its SLUID, which the prolog's environment carries) instead of cgroup v1's ``slurm/uid_0/job_<id>``; with
+``--slurm-conf FILE`` (a running test cluster's slurm.conf) code that misses the cgroup pays a real
+``scontrol show job -d`` call, as on a node. ``--baseline DIR`` adds the same hooks run from another checkout (``git archive REV | tar -x -C DIR``),
 served by a daemon of that checkout (the daemon declines a hook whose settings differ from its own,
 and a newer schema makes the settings differ).
 
@@ -138,7 +141,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--baseline", help="another checkout whose hooks run beside these (rows marked 'baseline')")
+    ap.add_argument("--layout", choices=("v1", "v2-sluid"), default="v1", help="where each job's cpuset is made")
+    ap.add_argument("--slurm-conf", help="slurm.conf of a running cluster: scontrol answers the daemons")
     args = ap.parse_args()
+    if args.slurm_conf:
+        os.environ["SLURM_CONF"] = args.slurm_conf  # the daemons (which run the fast path's steps) inherit it
     py = str(BIN / "python3")
     for exe in ("gpuperf-prolog", "gpuperf-taskprolog"):
         if not (BIN / exe).exists():
@@ -146,7 +153,12 @@ def main() -> int:
             return 2
     tmp = Path(tempfile.mkdtemp(prefix="gpuperf-hookbench-"))
     cgroups = tmp / "cgroup"
-    extra = f'[checks]\ndrain = false\n[affinity]\ncgroup_root = "{cgroups}"'
+    # the prolog plans on the two-socket fixture (one NUMA node would need no job CPUs at all)
+    from gpuperf.topology import load_node
+
+    topo = tmp / "hgx-h100-2s.json"
+    topo.write_text(json.dumps(load_node(str(ROOT / "tests/data/nodes/hgx-h100-2s"), health=False).topology))
+    extra = f'[checks]\ndrain = false\n[affinity]\ncgroup_root = "{cgroups}"\ntopology_file = "{topo}"'
     daemons = {"": current_daemon(extra)}
     load0 = os.getloadavg()
     try:
@@ -190,9 +202,15 @@ def main() -> int:
                 elif kind:
                     job += 1
                     env = prolog_env(configs["baseline" if base else ""][kind], job)
-                    cpuset = cgroups / "cpuset" / "slurm" / "uid_0" / f"job_{job}"
-                    cpuset.mkdir(parents=True)
-                    (cpuset / "cpuset.effective_cpus").write_text("0-7\n")
+                    if args.layout == "v2-sluid":
+                        env["SLURM_JOB_SLUID"] = sluid = f"S{job:013d}"
+                        cpuset = cgroups / "system.slice" / "bench_slurmstepd.scope" / sluid
+                        cpuset.mkdir(parents=True)
+                        (cpuset / "cpuset.cpus.effective").write_text("0-7\n")
+                    else:
+                        cpuset = cgroups / "cpuset" / "slurm" / "uid_0" / f"job_{job}"
+                        cpuset.mkdir(parents=True)
+                        (cpuset / "cpuset.effective_cpus").write_text("0-7\n")
                 else:
                     env = {}
                 if base:
@@ -245,6 +263,13 @@ def main() -> int:
                 m, h = statistics.fmean(logs), 1.96 * statistics.stdev(logs) / math.sqrt(len(logs))
                 cells += [f"{math.exp(m):.3f}", f"[{math.exp(m - h):.3f}, {math.exp(m + h):.3f}]"]
             print(f"| {hook} | {' | '.join(cells)} | {len(wall[hook])} |")
+    print(f"\nWhat the fast prolog adds to a bare interpreter start, paired per round (ms, {args.layout} cgroup layout):")
+    print("| hook | mean ms | 95% interval | rounds |")
+    print("|---|---|---|---|")
+    for label in [k for k in rows if k.startswith("fast")]:
+        d = [a - b for a, b in zip(wall[label], wall["bare"])]
+        h = 1.96 * statistics.stdev(d) / math.sqrt(len(d))
+        print(f"| {label} | {statistics.fmean(d):.1f} | [{statistics.fmean(d) - h:.1f}, {statistics.fmean(d) + h:.1f}] | {len(d)} |")
     return 0
 
 

@@ -2,10 +2,12 @@
 started and ended between two scans (a process scan sees only the living and what they reaped).
 
 Which job a process belongs to comes from its environment (``attribution``); this module only finds
-the job's level in that process's own cgroup path: the component Slurm names ``job_<id>`` in every
-layout it documents (cgroup v1 ``slurm[_<node>]/uid_<uid>/job_<id>/step_<s>/task_<t>``, v2
-``.../slurmstepd.scope/job_<id>/step_<s>/user/task_<t>``). The id in the name is not read, so a
-SLUID-named job works alike. Counters: v2 ``cpu.stat`` ``usage_usec``; v1 ``cpuacct.usage`` (ns),
+the job's level in that process's own cgroup path: the parent of its step's directory, which Slurm
+names ``step_<s>`` in every release (cgroup v1 ``slurm[_<node>]/uid_<uid>/job_<id>/step_<s>/task_<t>``;
+v2 to 25.11 ``.../slurmstepd.scope/job_<id>/step_<s>/user/task_<t>``; v2 from 26.05
+``.../slurmstepd.scope/<SLUID>/step_<s>/user/task_<t>``, the job's directory named by its SLUID alone,
+read from 26.05.5's cgroup_v2.so). No job id is read from the path; a path without a step directory
+falls back to a ``job_`` component (tests/data/cgroups: one recorded path per layout). Counters: v2 ``cpu.stat`` ``usage_usec``; v1 ``cpuacct.usage`` (ns),
 present where Slurm tracks the job with ``jobacct_gather/cgroup`` (or a cpuacct-constraining
 plugin). Where neither exists the daemon keeps the process scan's figure.
 """
@@ -33,10 +35,14 @@ def cpu_cgroup_lines(data: str) -> tuple[str | None, str | None]:
 
 
 def job_level(path: str | None) -> str | None:
-    """The job's ancestor of a cgroup path ('/a/job_7/step_0/task_0' -> '/a/job_7'); None without one."""
+    """The job's ancestor of a cgroup path: the parent of its ``step_`` directory ('/a/job_7/step_0/task_0'
+    and '/a/<sluid>/step_0/user/task_0' -> '/a/job_7', '/a/<sluid>'), else its ``job_`` component; None without."""
     if not path:
         return None
     parts = path.split("/")
+    for i, p in enumerate(parts):
+        if p.startswith("step_") and len(p) > 5 and i > 1:
+            return "/".join(parts[:i])
     for i, p in enumerate(parts):
         if p.startswith("job_") and len(p) > 4:
             return "/".join(parts[: i + 1])

@@ -13,6 +13,7 @@ _FIELDS: dict[str, object] = {
     "hook": None, "job_id": None, "uid": None, "user": None, "gpus": list, "node": None, "nodelist": None,
     "exit_code": None, "derived_exit_code": None, "partition": None, "step_id": None, "local_rank": None,
     "ntasks_local": None, "cpus_per_task": None,
+    "sluid": None,  # SLURM_JOB_SLUID (25.11+): 26.05 names the job's cgroup v2 directory by it
     "env_gpuperf": None,  # the job's GPUPERF=... opt-out, where the hook can see it
 }
 
@@ -39,6 +40,7 @@ class JobContext:
     local_rank: int | None
     ntasks_local: int | None
     cpus_per_task: int | None
+    sluid: str | None
     env_gpuperf: str | None
 
     def __init__(self, **values: object) -> None:
@@ -104,5 +106,6 @@ def from_env(hook: str, env: Mapping[str, str] | None = None) -> JobContext:
         local_rank=_int(e.get("SLURM_LOCALID")),
         ntasks_local=_int(e.get("SLURM_NTASKS_PER_NODE") or e.get("SLURM_TASKS_PER_NODE")),
         cpus_per_task=_int(e.get("SLURM_CPUS_PER_TASK")),
+        sluid=e.get("SLURM_JOB_SLUID") or None,
         env_gpuperf=e.get("GPUPERF") or e.get("SPANK_GPUPERF") or e.get("_SLURM_SPANK_OPTION_gpuperf_gpuperf"),
     )

@@ -40,17 +40,28 @@ def load_topology(cfg: Config) -> dict[str, Any]:
     return load_node_once(node_root(cfg), health=False).topology
 
 
-def cgroup_cpus(cgroup_root: str, uid: int | None, job_id: int) -> str | None:
-    """The job's cpuset (cpulist text) from Slurm's cgroup layout (v1 or v2), None when not found."""
-    patterns = [
-        # cgroup v1: <root>/cpuset/slurm[_<node>]/uid_<uid>/job_<id>
-        f"{cgroup_root}/cpuset/slurm*/uid_{uid if uid is not None else '*'}/job_{job_id}/cpuset.effective_cpus",
-        f"{cgroup_root}/cpuset/slurm*/uid_{uid if uid is not None else '*'}/job_{job_id}/cpuset.cpus",
-        # cgroup v2 (22.05-25.05; 26.05 names it by SLUID and this finds nothing, which is fine)
-        f"{cgroup_root}/system.slice/*slurmstepd.scope/job_{job_id}/cpuset.cpus.effective",
-        f"{cgroup_root}/*/system.slice/*slurmstepd.scope/job_{job_id}/cpuset.cpus.effective",
-    ]
-    for pat in patterns:
+def cgroup_patterns(cgroup_root: str, uid: int | None, job_id: int, sluid: str | None = None) -> list[str]:
+    """Where Slurm puts the job's cpuset, per layout (pure): cgroup v1 ``cpuset/slurm[_<node>]/uid_<uid>/job_<id>``;
+    v2 ``[unified/]system.slice/[<node>_]slurmstepd.scope/job_<id>`` to 25.11, and from 26.05
+    ``.../slurmstepd.scope/<SLUID>`` (26.05.5's cgroup_v2.so names the job's directory by the SLUID alone
+    when the job has one; SLURM_JOB_SLUID reaches the prolog). Names are made from the job's own ids,
+    never read out of a path."""
+    u = uid if uid is not None else "*"
+    out = [f"{cgroup_root}/cpuset/slurm*/uid_{u}/job_{job_id}/cpuset.effective_cpus",
+           f"{cgroup_root}/cpuset/slurm*/uid_{u}/job_{job_id}/cpuset.cpus"]
+    names = [f"job_{job_id}"] + ([sluid] if sluid and sluid.isalnum() else [])
+    for name in names:
+        out += [f"{cgroup_root}/system.slice/*slurmstepd.scope/{name}/cpuset.cpus.effective",
+                f"{cgroup_root}/*/system.slice/*slurmstepd.scope/{name}/cpuset.cpus.effective"]
+    return out
+
+
+def cgroup_cpus(cgroup_root: str, uid: int | None, job_id: int, sluid: str | None = None) -> str | None:
+    """The job's cpuset (cpulist text) from Slurm's cgroup layout (v1, v2, 26.05's SLUID-named v2), None
+    when not found. Only where the job's cgroup exists when the prolog runs: from 23.11 with
+    ``PrologFlags=RunInJob`` (the prolog runs in the job's extern step); 22.05 makes it after the prolog
+    (seen on the test cluster, v1, ``ConstrainCores=yes``), and the caller then asks scontrol."""
+    for pat in cgroup_patterns(cgroup_root, uid, job_id, sluid):
         for path in sorted(glob.glob(pat)):
             try:
                 text = Path(path).read_text().strip()
@@ -65,7 +76,7 @@ def job_cpus(ctx: JobContext, cfg: Config, topology: dict[str, Any]) -> tuple[li
     """The CPUs the job may use here and where that came from: cgroup, scontrol, else all CPUs."""
     online = sorted((topology.get("cpus") or {}).get("online") or
                     {c for n in topology.get("numa_nodes") or [] for c in n.get("cpus") or []})
-    text = cgroup_cpus(cfg.affinity.cgroup_root, ctx.uid, ctx.job_id) if ctx.job_id is not None else None
+    text = cgroup_cpus(cfg.affinity.cgroup_root, ctx.uid, ctx.job_id, ctx.sluid) if ctx.job_id is not None else None
     if text:
         try:
             # the job's own cpuset is the authority; the node's CPUs bound it (a list never names more)
