@@ -213,19 +213,15 @@ def test_silent_node_makes_it_partial_within_the_bound_and_forged_summary_is_rej
         assert list(st.node_summaries(job)) == [n1]
 
 
-def test_end_to_end_with_the_node_daemon(slurm_cluster):
-    """The node daemon (replaying a real recording) finalises the job, its epilog sends the node summary,
-    the EpilogSlurmctld writes it: sacct ends up with exactly what the node computed. Live report too."""
-    if not RECORDINGS:
-        pytest.skip("no recording in tests/data/recordings for the daemon to replay")
+@contextmanager
+def _replay_daemon(c, recording: Path):
+    """The node daemon replaying ``recording`` (a sweep every 0.2 s, looped), with its user socket; the
+    instance's config as it was afterwards."""
     from gpuperf.files import config
     from gpuperf.daemon import client
 
-    c = slurm_cluster
-    node = c.node_names[0]
     cfg = c.gpuperf_config()
-    matmul = next((p for p in RECORDINGS if p.name.startswith("matmul")), RECORDINGS[0])
-    cfg.setdefault("daemon", {}).update(backend=f"replay:{matmul}?loop=1", interval_s=0.2, metrics_port=0,
+    cfg.setdefault("daemon", {}).update(backend=f"replay:{recording}?loop=1", interval_s=0.2, metrics_port=0,
                                         request_timeout_s=1.0, user_socket_dir=str(c.dir / "run" / "daemon-user"))
     c.write_gpuperf_config(cfg)
     daemon = subprocess.Popen([os.environ.get("GPUPERF_PREFIX", "/opt/gpuperf") + "/venv/bin/gpuperf", "daemon", "--foreground"], env=c.env,
@@ -241,6 +237,22 @@ def test_end_to_end_with_the_node_daemon(slurm_cluster):
             except client.DaemonUnavailable:
                 assert time.time() < end, "daemon did not answer"
                 time.sleep(0.1)
+        yield daemon
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+        c.reset_gpuperf_config()
+
+
+def test_end_to_end_with_the_node_daemon(slurm_cluster):
+    """The node daemon (replaying a real recording) finalises the job, its epilog sends the node summary,
+    the EpilogSlurmctld writes it: sacct ends up with exactly what the node computed. Live report too."""
+    if not RECORDINGS:
+        pytest.skip("no recording in tests/data/recordings for the daemon to replay")
+    c = slurm_cluster
+    node = c.node_names[0]
+    matmul = next((p for p in RECORDINGS if p.name.startswith("matmul")), RECORDINGS[0])
+    with _replay_daemon(c, matmul):
         with _collector(c):
             job = c.sbatch("sleep 4\n", "--gres=gpu:2")
             _wait_running(c, job)
@@ -252,10 +264,6 @@ def test_end_to_end_with_the_node_daemon(slurm_cluster):
             assert c.wait(job) == "COMPLETED"
             rec = c.wait_record(job, "merge", timeout=60)
             assert _queue_state(c, job) == "done"
-    finally:
-        daemon.terminate()
-        daemon.wait(10)
-        c.reset_gpuperf_config()
     node_s = json.loads((c.run_dir / "jobs" / str(job) / "node_summary.json").read_text())
     # the node sent its series with its summary: with its daemon gone, the report charts the job
     # from the controller's store alone (what an admin sees on the controller days later)
@@ -274,6 +282,65 @@ def test_end_to_end_with_the_node_daemon(slurm_cluster):
     assert decoded["quality"]["samples"] > 0 and decoded["job"]["gpu_count"] == 2
     # what the env and affinity prolog steps left in the job's dir travelled with it
     assert node in decoded["env"] and node in decoded["affinity"]
+
+
+MAIL = ("import sys\nfrom gpuperf.files import config\nfrom gpuperf.wrappers import mail\n"
+        "print(mail.added_text(config.load(), {'SLURM_JOB_ID': sys.argv[1], 'SLURM_JOB_MAIL_TYPE': 'Ended'}, 'ended'))\n")
+
+
+def _shown(c, job: int, *args: str, user: str | None = None) -> dict:
+    """The summary ``gpuperf report JOBID`` shows, as ``user``: its --json, or the one its --html page embeds."""
+    if "--html" not in args:
+        p = c.run("gpuperf", "report", job, "--json", *args, user=user)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+    d = c.dir / "out" / f"html-{job}-{user or 'root'}"
+    d.mkdir(exist_ok=True)
+    d.chmod(0o777)
+    p = c.run("gpuperf", "report", job, *args, d / "job.html", user=user)
+    assert p.returncode == 0, p.stderr
+    page = (d / "job.html").read_text()
+    import html as html_mod
+    import re
+
+    s = json.loads(html_mod.unescape(re.search(r"<pre>(.*?)</pre>", page, re.S).group(1)))
+    assert html_mod.unescape(re.search(r"id='diagnosis-class'>([^<]*)<", page).group(1)) == \
+        s["diagnosis"]["class"].replace("_", "-")
+    return s
+
+
+def test_every_reader_shows_the_judgement_the_node_made(slurm_cluster):
+    """Issue 35: an ordinary user's job, judged once by its node (the daemon replays a job with phases) and kept
+    by the controller: the AdminComment, the owner's report --json (through sacct, and through the node
+    daemon), the admin's (the controller's store), both HTML pages and the end mail show one class, the same
+    phases and the same rates."""
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from report_fixtures import story
+    from gpuperf.report import mailtext
+
+    rec = next((p for p in RECORDINGS if p.name.startswith("phases")), None)
+    if rec is None:
+        pytest.skip("no recording of a job with phases in tests/data/recordings")
+    c = slurm_cluster
+    with _replay_daemon(c, rec), _collector(c):
+        job = c.sbatch("sleep 12\n", "--gres=gpu:1", user=c.user)
+        assert c.wait(job, timeout=60) == "COMPLETED"
+        c.wait_record(job, "merge", timeout=60)
+        assert _queue_state(c, job) == "done"
+        # the owner, on the node, before anything else: the daemon serves the summary it kept at the job's end
+        got = {"owner --json (node daemon)": _shown(c, job, "--source", "daemon", user=c.user)}
+    node_s = json.loads((c.run_dir / "jobs" / str(job) / "node_summary.json").read_text())
+    assert node_s["diagnosis"]["phases"], "the replayed job showed no phases: nothing for the readers to lose"
+    got.update({"AdminComment": admincomment.decode(_admin_comment(c, job)),
+                "owner --json": _shown(c, job, user=c.user),          # the controller's store is not theirs: sacct
+                "admin --json": _shown(c, job),
+                "owner --html": _shown(c, job, "--html", user=c.user),
+                "admin --html": _shown(c, job, "--html")})
+    for reader, s in got.items():
+        assert story(s) == story(node_s), f"{reader} shows another judgement than the node's"
+    text = c.run(PY, "-c", MAIL, job, check=True).stdout
+    for line in mailtext.job_lines(str(job), node_s)[:3]:
+        assert line in text, (line, text)
 
 
 def test_users_list_their_own_jobs_from_sacct_in_one_call(slurm_cluster):

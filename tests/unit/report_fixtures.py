@@ -49,3 +49,14 @@ def context(job_id: int = 42, node: str = "n1", **kw) -> dict:
                         for r in range(8)}}
     ctx.update(kw)
     return ctx
+
+
+# the estimates' fixed texts: an AdminComment too long for its budget drops them first (admincomment._slim)
+ESTIMATE_TEXTS = ("label", "source")
+
+
+def story(s: dict) -> dict:
+    """What every reader of a job must agree on (issue 35): the judgement (class, phases, evidence, advice) and
+    the rates (the estimates, less their fixed texts)."""
+    est = {k: v for k, v in (s.get("estimates") or {}).items() if k not in ESTIMATE_TEXTS}
+    return {"diagnosis": s.get("diagnosis"), "estimates": est}

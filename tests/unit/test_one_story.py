@@ -33,18 +33,11 @@ from gpuperf.jobrecords import summaries
 from gpuperf.model import admincomment
 from gpuperf.report import fromrecording, mailtext
 from gpuperf.wrappers import mail
+from report_fixtures import story
 
 HERE = Path(__file__).resolve().parents[1] / "data" / "recordings"
 RECORDINGS = sorted(glob.glob(str(HERE / "*.jsonl.gz")) + glob.glob(str(HERE / "zoo" / "*.jsonl.gz")))
 OWNER = 64123                 # a uid with no passwd entry: an ordinary user, never an admin
-# the estimates' fixed texts: an AdminComment too long for its budget drops them first (admincomment._slim)
-TEXTS = ("label", "source")
-
-
-def story(s: dict) -> dict:
-    """What every reader must agree on: the judgement (class, phases, evidence, advice) and the rates."""
-    est = {k: v for k, v in (s.get("estimates") or {}).items() if k not in TEXTS}
-    return {"diagnosis": s.get("diagnosis"), "estimates": est}
 
 
 def _cfg(base: Path, node: str) -> config.Config:
