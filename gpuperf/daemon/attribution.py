@@ -312,22 +312,35 @@ class Mismatches:
         self._seen: set[tuple[int, int, int | None]] = set()
         self._profiled_seen: set[tuple[int, int, int]] = set()
 
-    def check(self, t: float, samples: Iterable[Any], gpu_jobs: dict[int, list[int]]) -> dict[int, dict[int, str]]:
-        """Attribute each sample's processes at sample time ``t`` (inside the sweep's transaction); returns
-        job -> {gpu: profiler} for the registered jobs whose own process on that GPU runs under a profiler."""
+    def attribute(self, samples: Iterable[Any]) -> dict[int, list[tuple[int, int | None, str | None]]]:
+        """GPU -> (pid, job, profiler) of each sample's processes: the procfs reads, done before the daemon's
+        state is locked (a read that hangs costs its deadline once, never a hook's wait)."""
+        out: dict[int, list[tuple[int, int | None, str | None]]] = {}
+        for s in samples:
+            for p in s.processes or ():
+                pid = p.get("pid") if isinstance(p, dict) else None
+                if isinstance(pid, int):
+                    out.setdefault(s.gpu, []).append((pid, *self.attr.job_and_profiler(pid)))
+        return out
+
+    def check(self, t: float, samples: Iterable[Any], gpu_jobs: dict[int, list[int]],
+              attributed: dict[int, list[tuple[int, int | None, str | None]]] | None = None) -> dict[int, dict[int, str]]:
+        """Attribute each sample's processes at sample time ``t`` (inside the sweep's transaction; ``attributed``:
+        ``attribute(samples)`` done before); returns job -> {gpu: profiler} for the registered jobs whose own
+        process on that GPU runs under a profiler."""
+        samples = list(samples)
+        attributed = self.attribute(samples) if attributed is None else attributed
         profiled: dict[int, dict[int, str]] = {}
         for s in samples:
-            if not s.processes:
+            procs = attributed.get(s.gpu)
+            if not procs:
                 continue
             registered = gpu_jobs.get(s.gpu, [])
             pairs = []
-            for p in s.processes:
-                pid = p.get("pid") if isinstance(p, dict) else None
-                if isinstance(pid, int):
-                    job, tool = self.attr.job_and_profiler(pid)
-                    pairs.append((pid, job))
-                    if tool is not None and job in registered:
-                        self._note_profiler(t, profiled.setdefault(job, {}), s.gpu, pid, job, tool)
+            for pid, job, tool in procs:
+                pairs.append((pid, job))
+                if tool is not None and job in registered:
+                    self._note_profiler(t, profiled.setdefault(job, {}), s.gpu, pid, job, tool)
             for m in mismatches(s.gpu, pairs, registered):
                 for jid in registered:
                     self.running[jid].agg.gpus[s.gpu].note_foreign(m.pid, m.job_id, t)

@@ -1,7 +1,10 @@
 """The daemon's sockets: the control REP socket, the hook and user sockets, the PUB stream, one poller.
 
 ``Channels.serve(timeout_ms, handle)`` answers every request that is ready within the timeout by
-calling ``handle(frame, uid, channel)``; the daemon's single thread calls it between sweeps.
+calling ``handle(frame, uid, channel)``; the daemon's loop calls it between sweeps. Once ``split_root()``
+is called, the root channels (the control socket and the hook socket: prolog, epilog, registration) are
+served by ``serve_root`` alone, on a thread of their own, so neither a sweep nor a user's request delays a
+hook (issue 36); ``serve`` then answers the user socket only.
 The user socket, open to every local user, is a plain stream socket whose every buffer is bounded
 (``usersock``); the file limit is raised at start (``raise_nofile``), and both plain listeners cap
 their connections far below it, so no peer can make the daemon run out of descriptors.
@@ -54,6 +57,8 @@ class Channels:
     def __init__(self, cfg: Any, log: Any, stats: dict[str, float]):
         self.cfg, self.log, self.stats = cfg, log, stats
         self.user_limit = ratelimit.Buckets()
+        self.user_cpu = ratelimit.CpuBudget()    # CPU time each uid's user-socket requests may take
+        self.split = False                       # the root channels served by serve_root (their own thread)
         self.nofile = raise_nofile(log)
         self.ctx = zmq.Context()
         try:
@@ -75,8 +80,10 @@ class Channels:
             self.pub = None
         self.poller = zmq.Poller()
         self.poller.register(self.control, zmq.POLLIN)
+        self.root_poller = zmq.Poller()      # the control and hook sockets once split (serve_root's)
         self.hooks: hooksock.Listener | None = None
         self._polled: dict[int, int] = {}   # plain fds registered with the poller -> their events
+        self._root_polled: dict[int, int] = {}
         try:
             self.hooks = hooksock.Listener(cfg.daemon.socket_dir)
         except OSError as e:  # the prolog then uses the control socket, only slower
@@ -95,27 +102,44 @@ class Channels:
             raise DaemonError(f"cannot bind {endpoint}: {e}") from None
         return s
 
+    def _hook_fds(self) -> dict[int, int]:
+        return {fd: zmq.POLLIN for fd in (self.hooks.fds() if self.hooks is not None else ())}
+
     def _sync_fds(self) -> None:
-        """Poll exactly the plain listeners' fds: hook and user listening sockets and their connections."""
-        want = {fd: zmq.POLLIN for fd in (self.hooks.fds() if self.hooks is not None else ())}
+        """Poll exactly the plain listeners' fds: hook (unless split) and user listening sockets and connections."""
+        want = {} if self.split else self._hook_fds()
         want.update((fd, zmq.POLLOUT if w else zmq.POLLIN) for fd, w in self.users.fds().items())
-        for fd in self._polled.keys() - want.keys():
-            self.poller.unregister(fd)
-        for fd, ev in want.items():
-            if self._polled.get(fd) != ev:
-                self.poller.register(fd, ev)   # registers, or changes the events of one registered
-        self._polled = want
+        self._polled = _sync(self.poller, self._polled, want)
+
+    def split_root(self) -> None:
+        """From now on the control and hook sockets are served by ``serve_root`` only (before its thread starts)."""
+        self.split = True
+        self.poller.unregister(self.control)
+        self.root_poller.register(self.control, zmq.POLLIN)
+        self._sync_fds()
+        self._root_polled = _sync(self.root_poller, self._root_polled, self._hook_fds())
+
+    def serve_root(self, timeout_ms: int, handle: Handler) -> None:
+        """Answer the control and hook requests that arrive within ``timeout_ms`` (the root channels' thread)."""
+        for sock, _ in self.root_poller.poll(timeout_ms):
+            if not isinstance(sock, int):
+                self._serve_one(sock, handle)
+            else:
+                self._serve_hook(sock, handle)
+        if self.hooks is not None and self.hooks.conns:
+            self.hooks.expire()
+        self._root_polled = _sync(self.root_poller, self._root_polled, self._hook_fds())
 
     def serve(self, timeout_ms: int, handle: Handler) -> None:
         """Answer the requests that arrive within ``timeout_ms``; expire idle connections."""
         for sock, ev in self.poller.poll(timeout_ms):
             if not isinstance(sock, int):
                 self._serve_one(sock, handle)
-            elif self.hooks is not None and (sock == self.hooks.sock.fileno() or sock in self.hooks.conns):
+            elif not self.split and self.hooks is not None and (sock == self.hooks.sock.fileno() or sock in self.hooks.conns):
                 self._serve_hook(sock, handle)
             else:
                 self._serve_user(sock, ev, handle)
-        if self.hooks is not None and self.hooks.conns:
+        if not self.split and self.hooks is not None and self.hooks.conns:
             self.hooks.expire()
         self.users.expire()
         self._sync_fds()
@@ -164,12 +188,18 @@ class Channels:
             self.stats["requests"] += 1
             self.stats["bad_requests"] += 1
             reply = protocol.error(f"request exceeds the {protocol.MAX_BYTES}-byte limit")
-        elif not self.user_limit.allow(conn.uid, time.monotonic()):
+        elif not self.user_limit.allow(conn.uid, now := time.monotonic()):
             # one user's request loop must not take the daemon's time from sampling and the hooks
             reply = protocol.error(f"refused: more than {ratelimit.RATE_PER_S:g} requests/s from uid {conn.uid}")
             self.stats["rate_limited"] = self.stats.get("rate_limited", 0) + 1
+        elif not self.user_cpu.allow(conn.uid, now):
+            # requests that each cost much (a plan parsed, a series read) at the rate limit: the CPU is bounded too
+            reply = protocol.error(f"refused: uid {conn.uid} used its share of the daemon's CPU time; try again in a second")
+            self.stats["cpu_limited"] = self.stats.get("cpu_limited", 0) + 1
         else:
+            c0 = time.thread_time()
             reply = handle(frame, conn.uid, "user")
+            self.user_cpu.charge(conn.uid, time.thread_time() - c0, now)
         self.users.reply(conn, self._reply_bytes(reply))
 
     def _serve_hook(self, fd: int, handle: Handler) -> None:
@@ -186,7 +216,7 @@ class Channels:
         hooksock.Listener.reply(conn, self._reply_bytes(reply))
 
     def close(self) -> None:
-        """Close every socket and the context."""
+        """Close every socket and the context (the root channels' thread has ended)."""
         self.control.close(0)
         self.users.close()
         if self.hooks is not None:
@@ -195,3 +225,13 @@ class Channels:
         if self.pub:
             self.pub.close()
         self.ctx.term()
+
+
+def _sync(poller: zmq.Poller, polled: dict[int, int], want: dict[int, int]) -> dict[int, int]:
+    """Make ``poller`` poll exactly the plain fds ``want`` (fd -> events); what it polls now."""
+    for fd in polled.keys() - want.keys():
+        poller.unregister(fd)
+    for fd, ev in want.items():
+        if polled.get(fd) != ev:
+            poller.register(fd, ev)   # registers, or changes the events of one registered
+    return want

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ EpilogSteps = Callable[..., dict[str, Any]]
 # a TaskProlog's answer for the compiled hook client (``gpuperf.prolog.taskdaemon.run``): (cfg, the job, the
 # caller's uid, whether an admin asks) -> the reply's members
 TaskEnv = Callable[..., dict[str, Any]]
+
+# ops that hold no lock while they run: the hooks' steps (files of one job, the cached health) take it only
+# for the registration or finalisation they ask for, so a TaskProlog or a prolog never waits for a sweep's
+# fold of every job, only for the part that changes the jobs
+UNLOCKED = frozenset({"ping", "prolog", "epilog", "taskenv"})
 
 
 def public_reg(row: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +106,7 @@ class Ops:
                  health: Callable[[], "dict[str, Any] | None"], facts: NodeFacts, sampler: Sampler,
                  clock: Callable[[], float], started: float, stats: dict[str, float], cfg: Any, log: Any,
                  prolog: PrologSteps | None = None, epilog: EpilogSteps | None = None,
-                 taskenv: TaskEnv | None = None):
+                 taskenv: TaskEnv | None = None, lock: Any = None):
         self.access, self.jobs, self.store, self.handover, self.view = access, jobs, store, handover, view
         self.health, self.facts, self.sampler, self.clock, self.started = health, facts, sampler, clock, started
         self.stats, self.cfg, self.log = stats, cfg, log
@@ -108,6 +114,9 @@ class Ops:
         self.epilog, self.taskenv = epilog, taskenv   # likewise for the compiled client's epilog and TaskProlog
         self.later: list[Callable[[], None]] = []      # work an op left for after its reply (``run_later``)
         self.log_budget = ratelimit.LogBudget()         # root's log lines each user's failed requests may cost
+        # the daemon's state (jobs, store, view) is shared by the loop and the root channels' thread: every op
+        # holds this lock but those that only run steps (``UNLOCKED``), which take it for what they change
+        self.lock = lock if lock is not None else threading.RLock()
 
     def handle(self, frame: bytes, uid: int | None, channel: str = "control") -> dict[str, Any]:
         """One request frame from caller ``uid`` on ``channel`` -> the reply (never raises)."""
@@ -121,9 +130,15 @@ class Ops:
         if why is not None:
             return protocol.error(why)
         try:
-            return getattr(self, f"op_{req.op}")(req, uid)
+            if req.op in UNLOCKED:
+                return getattr(self, f"op_{req.op}")(req, uid)
+            with self.lock:
+                try:
+                    return getattr(self, f"op_{req.op}")(req, uid)
+                except Exception:
+                    self.store.rollback_quietly()   # under the lock: never another thread's transaction
+                    raise
         except Exception as e:  # noqa: BLE001 - a bug in one op must not stop the daemon
-            self.store.rollback_quietly()
             self.log_failure(req.op, uid, channel, e)
             return protocol.error(f"internal error: {type(e).__name__}: {ratelimit.one_line(str(e), 200)}")
 
@@ -158,9 +173,15 @@ class Ops:
 
         def register(job: dict[str, Any]) -> dict[str, Any]:
             try:
-                return self.jobs.register(protocol.validate_job("register", job))
+                checked = protocol.validate_job("register", job)
             except protocol.ProtocolError as e:
                 return protocol.error(str(e))
+            with self.lock:
+                try:
+                    return self.jobs.register(checked)
+                except Exception:
+                    self.store.rollback_quietly()
+                    raise
 
         t0 = time.perf_counter()
         out = self.prolog(self.cfg, req.job, self.health(), register, now=self.clock())
@@ -176,10 +197,15 @@ class Ops:
 
         def finalise(job: dict[str, Any]) -> dict[str, Any]:
             try:
-                return self.op_finalize(protocol.Request("finalize", job.get("job_id"),
-                                                         protocol.validate_job("finalize", job)), uid)
+                checked = protocol.validate_job("finalize", job)
             except protocol.ProtocolError as e:
                 return protocol.error(str(e))
+            with self.lock:
+                try:
+                    return self.op_finalize(protocol.Request("finalize", job.get("job_id"), checked), uid)
+                except Exception:
+                    self.store.rollback_quietly()
+                    raise
 
         t0 = time.perf_counter()
         out = self.epilog(self.cfg, req.job, finalise, now=self.clock())
@@ -230,13 +256,17 @@ class Ops:
 
     def run_later(self) -> None:
         """What ops left for after their replies went out (the daemon's loop calls it after serving)."""
-        while self.later:
-            work = self.later.pop(0)
+        while True:
             try:
-                work()
-            except Exception as e:  # noqa: BLE001 - one job's hand-over must not stop the daemon (its marker stays)
-                self.log.error("deferred work failed: %s", failure_line(e))
-                self.store.rollback_quietly()
+                work = self.later.pop(0)     # both threads serve requests: whichever comes first does it
+            except IndexError:
+                return
+            with self.lock:
+                try:
+                    work()
+                except Exception as e:  # noqa: BLE001 - one job's hand-over must not stop the daemon (its marker stays)
+                    self.log.error("deferred work failed: %s", failure_line(e))
+                    self.store.rollback_quietly()
 
     def op_job(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:
         """Aggregates of one job, live while it runs; once finished, with the node summary kept at its end."""

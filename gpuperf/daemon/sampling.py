@@ -5,6 +5,7 @@ NVML's XID events polled (``xids``), the sweep published (``view.LiveView``, the
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from gpuperf.daemon import xids
@@ -53,10 +54,14 @@ class Sweeper:
     def __init__(self, *, sampler: Sampler, store: Store, registry: Registry, mismatches: Mismatches, energy: Energy,
                  chores: Callable[[float], None], xid_source: xids.XidSource | None, view: LiveView,
                  pub: Publisher | None,
-                 stats: dict[str, float], log: Any):
+                 stats: dict[str, float], log: Any, lock: Any = None):
         self.sampler, self.store, self.registry, self.mismatches = sampler, store, registry, mismatches
         self.energy, self.chores, self.xid_source, self.view, self.pub = energy, chores, xid_source, view, pub
         self.stats, self.log = stats, log
+        # the daemon's state, shared with the root channels' thread (``ops.Ops.lock``): held for the fold,
+        # the XIDs and the publishing, not for the sampling or the procfs reads, so a hook waits for the
+        # part of a sweep that changes the jobs only (the chores take it themselves)
+        self.lock = lock if lock is not None else threading.RLock()
 
     def sweep(self) -> None:
         """One sampling sweep: sample, store, attribute, fold, the due chores, then publish."""
@@ -68,20 +73,29 @@ class Sweeper:
         if not samples:
             return
         t = max(s.t for s in samples)
-        self.stats["sweeps"] += 1
-        self.view.note_sweep(t, samples)
         try:
-            self.fold(t, samples)
+            attributed = self.mismatches.attribute(samples)
+        except Exception as e:  # noqa: BLE001 - procfs reads are a bonus; the samples are kept
+            self._count_error("attribution failed", e)
+            attributed = {}
+        try:
+            with self.lock:
+                self.stats["sweeps"] += 1
+                self.view.note_sweep(t, samples)
+                self.fold(t, samples, attributed)
             self.chores(t)
             got = xids.poll(self.xid_source, self.log)
             if got:  # a transaction only when NVML reported something
-                self.store.in_transaction(xids.record, got, t, self.registry.running, self.store, self.log)
+                with self.lock:
+                    self.store.in_transaction(xids.record, got, t, self.registry.running, self.store, self.log)
         except Exception as e:  # noqa: BLE001 - disk full, a locked store: this sweep is lost, not the daemon
             self._count_error(f"sweep at {t:.0f} not kept", e)
-            self.store.rollback_quietly()
-        if self.pub is not None and self.pub.wanted():
-            self.pub.publish(sweep_message(t, samples, self.registry.gpu_jobs()))
-        self.view.publish()
+            with self.lock:
+                self.store.rollback_quietly()
+        with self.lock:
+            if self.pub is not None and self.pub.wanted():
+                self.pub.publish(sweep_message(t, samples, self.registry.gpu_jobs()))
+            self.view.publish()
 
     def _count_error(self, what: str, e: Exception) -> None:
         self.stats["errors"] += 1
@@ -89,8 +103,9 @@ class Sweeper:
         if n <= 10 or n % 600 == 0:  # a broken backend would otherwise log every tick
             self.log.error("%s (%d errors so far): %s: %s", what, n, type(e).__name__, e)
 
-    def fold(self, t: float, samples: list[GpuSample]) -> None:
-        """Store one sweep, check attribution, and fold it into every running job (one transaction)."""
+    def fold(self, t: float, samples: list[GpuSample], attributed: dict[int, Any] | None = None) -> None:
+        """Store one sweep, check attribution (``attributed``: the procfs reads done before the lock), and fold
+        it into every running job (one transaction)."""
         running = self.registry.running
         gpu_jobs = self.registry.gpu_jobs()
         sharing = {g: len(j) for g, j in gpu_jobs.items()}
@@ -98,7 +113,7 @@ class Sweeper:
         st.begin()
         st.add_samples(samples)
         # job -> {gpu: profiler}: those samples' activity figures are the profiler's, folded as missing
-        profiled = self.mismatches.check(t, samples, gpu_jobs) or {}
+        profiled = self.mismatches.check(t, samples, gpu_jobs, attributed) or {}
         for jid, rj in running.items():
             if rj.agg.end is None or t <= rj.agg.end:
                 rj.agg.add_sweep(t, [s for s in samples if s.gpu in rj.agg.gpus], sharing, profiled.get(jid))

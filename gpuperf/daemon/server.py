@@ -13,8 +13,12 @@ Channels (the caller's uid from ``SO_PEERCRED``: on the pyzmq control socket thr
   SEQPACKET Unix socket, for the prolog's fast path (a fresh process cannot afford to import pyzmq).
 
 The sampling loop ticks every ``interval_s`` (monotonic clock). A sweep that overruns the interval is
-logged and the ticks it covered are skipped, never queued. Sweeps and requests share one thread, so
-state needs no locks; the /metrics thread reads an immutable snapshot replaced after each change.
+logged and the ticks it covered are skipped, never queued. Sweeps and the user socket share the loop's
+thread; the root channels (control and hook sockets: prolog, epilog, registration) are answered by a
+thread of their own (``channels.Channels.serve_root``), so neither a sweep nor a user's request delays a
+hook (issue 36). The two share the daemon's state under one lock (``state_lock``), which a sweep holds
+only to fold, never while it samples or reads procfs, and a hook only to register or finalise; the
+/metrics thread reads an immutable snapshot replaced after each change.
 
 The daemon is made of parts, each given its collaborators in its constructor; ``Daemon`` is the one place
 that knows them all and composes them (daemon/README.md, "Parts"): the jobs (``jobs.Registry``,
@@ -41,6 +45,7 @@ from gpuperf.daemon.chores import Chore, Chores, JobDirPruner, Ticks
 from gpuperf.daemon.handover import Handover
 from gpuperf.daemon.jobs import Jobs, NodeFacts, Registry, RunningJob  # noqa: F401 - part of this module's interface
 from gpuperf.daemon.ops import Access, EpilogSteps, Ops, PrologSteps, TaskEnv
+from gpuperf.daemon.ops import failure_line as ops_failure_line
 from gpuperf.daemon.sampling import Energy, Sweeper, read_energy
 from gpuperf.daemon.startup import DaemonError, open_store, serve_metrics, store_path, take_lock  # noqa: F401
 from gpuperf.daemon.store import Store
@@ -124,7 +129,10 @@ class Daemon:
         self.prober = ProbeLoop(cfg, lambda: not self.registry.running, self.log, self._stop)
         self.pruner = JobDirPruner(cfg.general.run_dir, cfg.general.job_dir_keep_days, lambda: self.registry.running,
                                    self.log)
-        self.host = hostscan.HostScanner(self.registry.running, self.attr, hostscan.sys_root(cfg), self.log)
+        # the jobs, the store and the view, shared by the loop and the root channels' thread
+        self.state_lock = threading.RLock()
+        self.host = hostscan.HostScanner(self.registry.running, self.attr, hostscan.sys_root(cfg), self.log,
+                                         self.state_lock)
         self._threads: list[threading.Thread] = []
         self._lockfile: IO[str] | None = None
         self.opened: Opened | None = None
@@ -219,29 +227,38 @@ class Daemon:
             lg.info("%d finalised job(s) in the outbox from before: delivering", restored)
         jobs.take_pending()
         jobs.end_jobs_from_before_boot()
-        chores = Chores([
+        locked = self._locked
+        chores = Chores([   # the host scan takes the lock for its fold only (its procfs reads come first)
             Chore("host", cfg.daemon.host_interval_s, self.host.scan, only_if=lambda: bool(self.registry.running)),
-            Chore("checkpoint", cfg.daemon.checkpoint_s, jobs.checkpoint),
-            Chore("rollup", ROLLUP_EVERY_S, lambda t: store.in_transaction(store.rollup, t)),
-            Chore("prune", PRUNE_EVERY_S, lambda t: store.in_transaction(store.prune, t)),
-            Chore("pending", PENDING_EVERY_S, jobs.take_pending),
+            Chore("checkpoint", cfg.daemon.checkpoint_s, locked(jobs.checkpoint)),
+            Chore("rollup", ROLLUP_EVERY_S, locked(lambda t: store.in_transaction(store.rollup, t))),
+            Chore("prune", PRUNE_EVERY_S, locked(lambda t: store.in_transaction(store.prune, t))),
+            Chore("pending", PENDING_EVERY_S, locked(jobs.take_pending)),
             Chore("jobdirs", JOBDIRS_EVERY_S, self.pruner.start),
         ])
         channels = Channels(cfg, lg, self.stats)
         sweeper = Sweeper(sampler=self.sampler, store=store, registry=self.registry,
                           mismatches=Mismatches(self.attr, self.registry.running, store, self.stats),
                           energy=Energy(energy, cfg.daemon.energy_interval_s), chores=chores.run_due,
-                          xid_source=self.xid_source, view=self.view, pub=channels.pub, stats=self.stats, log=lg)
+                          xid_source=self.xid_source, view=self.view, pub=channels.pub, stats=self.stats, log=lg,
+                          lock=self.state_lock)
         ops = Ops(access=self.access, jobs=jobs, store=store, handover=handover, view=self.view,
                   health=lambda: self.health, facts=self.facts, sampler=self.sampler, clock=self._now,
                   started=self.started, stats=self.stats, cfg=cfg, log=lg, prolog=self.prolog,
-                  epilog=self.epilog, taskenv=self.taskenv)
+                  epilog=self.epilog, taskenv=self.taskenv, lock=self.state_lock)
         self._threads.append(self.deliveries.thread())
         if self._health is not None:
             self._threads.append(self._health.thread())
         if ProbeLoop.wanted(cfg):
             self._threads.append(self.prober.thread())
         return Opened(store, jobs, handover, chores, sweeper, ops, channels)
+
+    def _locked(self, fn: Callable[[float], None]) -> Callable[[float], None]:
+        """``fn`` run under the daemon's state lock."""
+        def run(t: float) -> None:
+            with self.state_lock:
+                fn(t)
+        return run
 
     def stop(self) -> None:
         """Ask run() to return (thread- and signal-safe)."""
@@ -273,7 +290,27 @@ class Daemon:
     def loop(self) -> None:
         """The main loop: requests between ticks, one sweep per tick, overruns skip ticks."""
         o = self._parts()
+        o.channels.split_root()
+        root = threading.Thread(target=self._serve_root, args=(o,), name="gpuperf-hooks", daemon=True)
+        root.start()
         self.ready.set()
+        try:
+            self._loop(o)
+        finally:
+            self._stop.set()
+            root.join(5)
+
+    def _serve_root(self, o: Opened) -> None:
+        """The root channels' thread: control and hook requests, answered while the loop sweeps."""
+        while not self._stop.is_set():
+            try:
+                o.channels.serve_root(POLL_CAP_MS, o.ops.handle)
+                o.ops.run_later()
+            except Exception as e:  # noqa: BLE001 - the hooks then time out to their Python path; the loop goes on
+                self.log.error("root channels: %s", ops_failure_line(e))
+                time.sleep(0.1)
+
+    def _loop(self, o: Opened) -> None:
         ticks = Ticks(self.interval_s)
         while not self._stop.is_set():
             o.channels.serve(ticks.wait_ms(POLL_CAP_MS), o.ops.handle)

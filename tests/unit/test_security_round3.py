@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuperf.daemon import hostusage, ratelimit
+from gpuperf.daemon import hooksock, hostusage, ratelimit, usersock
 from gpuperf.daemon.attribution import Attributor
 from gpuperf.daemon.procread import Deadline
 from gpuperf.env.plan import EnvPlan, EnvVar
 from gpuperf.files import config, jobstate, jsonlite
 from gpuperf.prolog import taskdaemon
+from test_daemon import Running, ScriptSampler, base, make_cfg, wait_for  # noqa: F401 - base: a fixture
 from test_daemon_parts import _ask, _ops
 
 GPUPERF = Path(__file__).resolve().parents[2] / "gpuperf"
@@ -210,6 +211,33 @@ def test_a_user_whose_reads_hang_costs_at_most_its_share_of_threads(tmp_path, lo
     finally:
         for f in fifos:
             _release(f)
+
+
+@pytest.mark.parametrize("deadline_s", [0.2, 30.0])
+def test_a_process_whose_environ_read_blocks_leaves_sampling_hooks_and_the_user_socket_answering(base, deadline_s):
+    """A GPU process whose environment read never returns. With the daemon's deadline (0.2 s) everything goes on;
+    with one of 30 s (the loop stuck for that long) the hooks are still answered on their own thread."""
+    proc = base / "proc"
+    fifo = _fake_proc(proc, 300, job=None, fifo=True)
+    cfg = make_cfg(base)
+    sampler = ScriptSampler(n=2)
+    sampler.processes = {0: [{"pid": 300, "used_mib": 100.0}]}
+    attr = Attributor(proc_root=str(proc), deadline=Deadline(deadline_s=deadline_s))
+    try:
+        with Running(cfg, sampler, attributor=attr) as r:
+            wait_for(lambda: 300 in attr.deadline.stuck or attr.deadline._q is not None)
+            t0 = time.monotonic()
+            reg = hooksock.call(cfg.daemon.socket_dir, "register", {"job_id": 41, "uid": 0, "user": "root",
+                                                                   "gpus": [1], "cpus": 4}, 3.0)
+            assert reg["ok"] and time.monotonic() - t0 < 2.0, reg
+            if deadline_s < 1:
+                sweeps = r.d.stats["sweeps"]
+                assert usersock.call(cfg.daemon.user_socket_dir, "ping", None, 3.0)["ok"]
+                wait_for(lambda: r.d.stats["sweeps"] >= sweeps + 5)
+                assert 300 in attr.deadline.stuck and 41 in r.d.running
+            _release(fifo)   # the stuck read returns: the loop (30 s case) goes on and stops
+    finally:
+        _release(fifo)
 
 
 def test_absent_a_process_whose_read_returns_is_attributed_and_nothing_is_logged(tmp_path, logged):
