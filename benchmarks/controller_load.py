@@ -1,20 +1,29 @@
 """The controller service under a simulated cluster's job ends, on loopback.
 
-    python benchmarks/controller_load.py --nodes 2000 --jobs 20000 [--rate 50] [--burst 500]
+    python benchmarks/controller_load.py --nodes 20000 --jobs 30000 [--rate 200] [--burst 1000] [--big 0]
         [--latency 0.05] [--fail-s 0] [--points 500] [--json OUT]
 
 A real service process (``tests/unit/controller_stub.py``: the service with the AdminComment write
 stubbed at ``--call-latency`` seconds per sacctmgr call plus ``--latency`` seconds per job line, the
-shape benchmarks/sacctmgr_batch_cost.py measures on the real test cluster; failing while a flag file exists) receives what a cluster of
-``--nodes`` 8-GPU nodes sends: job ends at ``--rate`` per second (notice files in the spool and the job's directory with its hook record, as
-gpuperf-epilog-slurmctld leaves them), plus ``--burst`` job ends at once a third of the way in; for
-each job its nodes' summaries (1 node for 70 % of jobs, 2, 4 or 8 for the rest; each with the
-bounded per-GPU series, ``--points`` per metric, and the fleet figures a node sends), munge-authenticated, from 48 sender threads with
-the nodes' 2 s reply timeout and retries. ``--fail-s``: the database is down that long from the start.
+shape benchmarks/sacctmgr_batch_cost.py measures on the real test cluster; failing while a flag file exists)
+receives what a cluster of ``--nodes`` 8-GPU nodes sends: job ends at ``--rate`` per second (notice files in
+the spool and the job's directory with its hook record, as gpuperf-epilog-slurmctld leaves them), plus
+``--burst`` job ends at once a third of the way in, and with ``--big N`` one job of N nodes half way; for
+each job its nodes' summaries (1 node for 70 % of jobs, 2, 4 or 8 for the rest; each with the bounded
+per-GPU series, ``--points`` per metric, and the fleet figures a node sends), munge-authenticated.
 
-Prints: summaries/s taken in during the burst, delivery timeouts, job end -> AdminComment p50/p99,
-lost and duplicated AdminComments, the service's CPU (% of one core) and peak RSS, store bytes per
-100,000 jobs. Load of the machine is printed too: it is shared.
+The simulated nodes deliver as the daemon does (``gpuperf.daemon.workers.Deliveries``): one attempt per
+send with a 2 s reply timeout; a "busy" reply or a timeout puts all of that node's summaries off for a
+backoff of 5 s doubling to 300 s (a job that just ended still probes once per 5 s); each node connects
+from its own loopback address and names itself inside its summary (its GPUs, hosts, env, affinity). The
+senders are ``SENDERS`` threads (at most that many connections at once). ``--fail-s``: the database is
+down that long from the start.
+
+Prints: summaries/s taken in during the burst, "busy" replies, timeouts, refusals and summaries never
+taken; job end -> first AdminComment p50/p99/max; jobs lost (no AdminComment), partial (first comment
+lacks a node), written more than once and with different text; the big job's end -> AdminComment; the
+service's CPU (% of one core) and peak RSS; store bytes per 100,000 jobs; the machine's load averages
+(it is shared) and the commit the figures ran on.
 """
 
 from __future__ import annotations
@@ -22,9 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import heapq
 import queue
 import random
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -46,7 +57,7 @@ from gpuperf.report import fromrecording  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
 import figures as figures_out  # noqa: E402  benchmarks/figures.py, beside this script
 
-SENDERS = 48
+SENDERS = 96
 REPLY_TIMEOUT_S = 2.0
 
 
@@ -76,23 +87,62 @@ def template(points: int) -> dict:
     return s
 
 
+RETRY_FIRST_S, RETRY_MAX_S, PROBE_EVERY_S = 5.0, 300.0, 5.0   # as gpuperf.daemon.workers (the node's delivery)
+
+
+def source_address(i: int) -> str:
+    """Node ``i``'s own loopback address (the collector bounds connections per address, as per node)."""
+    return f"127.{1 + i // 65536}.{i // 256 % 256}.{i % 256}"
+
+
+def exchange(endpoint: str, source: str, frames: list[bytes], timeout_s: float) -> dict:
+    """``transport.exchange`` from a node's own address: the reply, or TransportError."""
+    from gpuperf.files import framing
+
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection(transport.address(endpoint), timeout=timeout_s, source_address=(source, 0)) as c:
+            c.settimeout(max(0.001, deadline - time.monotonic()))
+            framing.send_parts(c, *frames)
+            data = framing.recv_part(c, transport.REPLY_MAX, deadline)
+    except (OSError, framing.FrameError, framing.Closed) as e:
+        raise transport.TransportError(f"{endpoint}: {e}") from None
+    return json.loads(data)
+
+
+class Node:
+    """One simulated node's delivery state, as ``workers.Deliveries`` keeps it: a failed or "busy" send puts
+    every summary the node holds off for one backoff (5 s, doubling to 300 s); a job that just ended is still
+    tried at once, at most once per 5 s; a success makes everything waiting due at once."""
+
+    __slots__ = ("index", "fails", "down_until", "tried", "waiting")
+
+    def __init__(self, index: int):
+        self.index, self.fails, self.down_until, self.tried, self.waiting = index, 0, 0.0, -PROBE_EVERY_S, []
+
+
 class Sim:
     """The load generator and what it measured."""
 
     def __init__(self, args, cfg_path: Path, spool: Path, tmpl: dict, run_dir: Path):
         self.args, self.spool, self.run_dir = args, spool, run_dir
-        self.tmpl = {k: v for k, v in tmpl.items() if k != "series"}
+        # the summary as JSON once; each node's copy names that node wherever the template says n1 (its GPUs,
+        # hosts, env and affinity), as a real node's summary does
+        self.tmpl_json = json.dumps({k: v for k, v in tmpl.items() if k not in ("series", "job_id", "nodes", "start", "end")},
+                                    separators=(",", ":"))[:-1]
         # the series frame as a node packs it (transport.pack), opaque to the collector: one copy serves all
         self.series = series_mod.pack(tmpl["series"])
         self.delivered_at: dict[int, float] = {}
         self.endpoint = f"tcp://127.0.0.1:{args.port}"
         self.q: queue.Queue = queue.Queue()
+        self.heap: list = []             # (when, seq, node index, job_id, end): sends waiting for a backoff
+        self.seq = 0
+        self.nodes = [Node(i) for i in range(args.nodes)]
         self.ended: dict[int, float] = {}
-        self.timeouts = 0
-        self.failed = 0
-        self.delivered = 0
+        self.timeouts = self.busy = self.refused = self.delivered = 0
         self.lock = threading.Lock()
         self.delivery_s: list[float] = []
+        self.pending = 0                 # summaries not yet taken (queued, being sent or waiting a backoff)
 
     def notice(self, job_id: int, nodes: list[str]) -> None:
         t = self.spool / f".{job_id}.tmp"
@@ -107,43 +157,87 @@ class Sim:
                                                              "steps": {"notify": {"ok": True}}}) + "\n")
 
     def body(self, job_id: int, node: str, end: float) -> bytes:
-        s = dict(self.tmpl, job_id=job_id, nodes=[node], start=end - 3600.0, end=end)
-        return zlib.compress(json.dumps(s, separators=(",", ":")).encode(), 6)
+        text = (self.tmpl_json.replace('"n1"', f'"{node}"')
+                + f',"job_id":{job_id},"nodes":["{node}"],"start":{end - 3600.0},"end":{end}}}')
+        return zlib.compress(text.encode(), 6)
+
+    def later(self, when: float, node: int, job_id: int, end: float) -> None:
+        with self.lock:
+            self.seq += 1
+            heapq.heappush(self.heap, (when, self.seq, node, job_id, end))
+
+    def due(self) -> None:
+        """Moves the sends whose backoff is over to the senders (a thread)."""
+        while True:
+            now = time.monotonic()
+            with self.lock:
+                while self.heap and self.heap[0][0] <= now:
+                    _, _, node, job_id, end = heapq.heappop(self.heap)
+                    self.q.put((node, job_id, end, False))
+            time.sleep(0.05)
 
     def sender(self) -> None:
         while True:
             item = self.q.get()
             if item is None:
                 return
-            job_id, node, end = item
+            i, job_id, end, fresh = item
+            n = self.nodes[i]
+            now = time.monotonic()
+            with self.lock:
+                backoff = now < n.down_until
+                if backoff and (not fresh or now - n.tried < PROBE_EVERY_S):
+                    self.seq += 1
+                    heapq.heappush(self.heap, (n.down_until, self.seq, i, job_id, end))
+                    continue
+                n.tried = now
+            node = f"n{i:05d}"
             body = self.body(job_id, node, end)
             t0 = time.monotonic()
-            for _ in range(3):  # as transport.send_node_summary: a fresh connection and credential per attempt
-                cred = transport.credential(transport._digest(body, self.series))
-                try:
-                    reply = transport.exchange(self.endpoint, [transport.KIND, cred, body, self.series],
-                                               REPLY_TIMEOUT_S)
-                except transport.TransportError:
-                    reply = None
-                if reply is not None:
-                    with self.lock:
-                        self.delivered += 1
-                        self.failed += not reply.get("ok")
-                        self.delivery_s.append(time.monotonic() - t0)
-                        self.delivered_at[job_id] = max(self.delivered_at.get(job_id, 0.0), time.time())
-                    break
-                with self.lock:
+            # as transport.send_node_summary with attempts=1 (the daemon's): a fresh credential per attempt
+            cred = transport.credential(transport._digest(body, self.series))
+            try:
+                reply = exchange(self.endpoint, source_address(i), [transport.KIND, cred, body, self.series],
+                                 REPLY_TIMEOUT_S)
+            except transport.TransportError:
+                reply = None
+            with self.lock:
+                if reply is not None and reply.get("ok"):
+                    self.delivered += 1
+                    self.pending -= 1
+                    self.delivery_s.append(time.monotonic() - t0)
+                    self.delivered_at[job_id] = max(self.delivered_at.get(job_id, 0.0), time.time())
+                    if n.fails:
+                        # what waited for this node is due at once
+                        self.heap = [(0.0, s, j, jj, e) if j == i else (w, s, j, jj, e) for w, s, j, jj, e in self.heap]
+                        heapq.heapify(self.heap)
+                    n.fails, n.down_until = 0, 0.0
+                    continue
+                if reply is not None and not reply.get("retry"):
+                    self.refused += 1       # refused for good: the node gives it up
+                    self.pending -= 1
+                    continue
+                if reply is None:
                     self.timeouts += 1
+                else:
+                    self.busy += 1
+                if not backoff:
+                    n.fails += 1
+                    n.down_until = now + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (n.fails - 1))
+                self.seq += 1
+                heapq.heappush(self.heap, (n.down_until, self.seq, i, job_id, end))
 
-    def job_end(self, job_id: int) -> None:
-        n = min(self.args.nodes, random.choice([1] * 7 + [2, 4, 8]))
+    def job_end(self, job_id: int, nodes: int = 0) -> None:
+        n = min(self.args.nodes, nodes or random.choice([1] * 7 + [2, 4, 8]))
         first = random.randrange(self.args.nodes)
-        nodes = [f"n{(first + i) % self.args.nodes:04d}" for i in range(n)]
+        idx = [(first + i) % self.args.nodes for i in range(n)]
         end = time.time()
         self.ended[job_id] = end
-        self.notice(job_id, nodes)
-        for node in nodes:
-            self.q.put((job_id, node, end))
+        self.notice(job_id, [f"n{i:05d}" for i in idx])
+        with self.lock:
+            self.pending += n
+        for i in idx:
+            self.q.put((i, job_id, end, True))
 
 
 def profile_top(folded: Path, n: int = 30) -> dict[str, float]:
@@ -172,6 +266,7 @@ def main() -> int:
                          "benchmarks/sacctmgr_batch_cost.py)")
     ap.add_argument("--fail-s", type=float, default=0.0)
     ap.add_argument("--points", type=int, default=500)
+    ap.add_argument("--big", type=int, default=0, help="one job of this many nodes ends half way through")
     ap.add_argument("--writers", type=int, default=16)
     ap.add_argument("--no-fleet", action="store_true", help="summaries without fleet figures (the fleet fold's cost apart)")
     ap.add_argument("--port", type=int, default=0)
@@ -213,15 +308,16 @@ def main() -> int:
         tmpl.pop("fleet", None)
     sim = Sim(args, cfg_path, spool, tmpl, run_dir)
     threads = [threading.Thread(target=sim.sender, daemon=True) for _ in range(SENDERS)]
-    for t in threads:
+    for t in threads + [threading.Thread(target=sim.due, daemon=True)]:
         t.start()
     rss_peak, cpu0, wall0 = 0, ps.cpu_times(), time.monotonic()
-    load0 = os.getloadavg()[0]
-    burst_at = args.jobs // 3
+    load0 = os.getloadavg()
+    burst_at, big_at = args.jobs // 3, args.jobs // 2
     burst_rate = None
+    big_job = None
     start = time.monotonic()
     job = 1
-    steady = args.jobs - args.burst
+    steady = args.jobs - args.burst - (1 if args.big else 0)
     i = 0
     while i < steady:
         target = start + i / args.rate
@@ -233,32 +329,41 @@ def main() -> int:
         sim.job_end(job)
         job += 1
         i += 1
-        if i == burst_at:
-            b0, before = time.monotonic(), sim.delivered + sim.q.qsize()
+        if i == burst_at and args.burst:
+            b0, taken0 = time.monotonic(), sim.delivered
+            queued0 = sim.pending
             for _ in range(args.burst):
                 sim.job_end(job)
                 job += 1
-            burst_n = sim.q.qsize()
-            while sim.q.qsize() > 0:
+            burst_n = sim.pending - queued0
+            while sim.delivered - taken0 < burst_n and time.monotonic() - b0 < 120:
                 time.sleep(0.01)
-            burst_rate = burst_n / (time.monotonic() - b0)
+            burst_rate = (sim.delivered - taken0) / (time.monotonic() - b0)
             start += time.monotonic() - b0  # the steady rate resumes after the burst
+        if i == big_at and args.big:
+            big_job = job
+            sim.job_end(job, nodes=args.big)
+            job += 1
         if i % 50 == 0:
             rss_peak = max(rss_peak, ps.memory_info().rss)
+    # every summary taken (nodes retry as long as it takes), then every AdminComment (10 minutes at most)
+    deadline = time.monotonic() + 600
+    while sim.pending > 0 and time.monotonic() < deadline:
+        rss_peak = max(rss_peak, ps.memory_info().rss)
+        time.sleep(0.5)
+    untaken = sim.pending
     for _ in threads:
         sim.q.put(None)
     for t in threads:
         t.join(60)
     if flag.exists():
         flag.unlink()
-    # wait for every AdminComment (or give up after 10 minutes)
-    deadline = time.monotonic() + 600
-    written: dict[int, list[tuple[float, int]]] = {}
+    written: dict[int, list[tuple[float, int, int]]] = {}
     while time.monotonic() < deadline:
         written = {}
         for line in log.read_text().splitlines() if log.exists() else []:
-            t, j, crc = line.split()
-            written.setdefault(int(j), []).append((float(t), int(crc)))
+            t, j, crc, *partial = line.split()
+            written.setdefault(int(j), []).append((float(t), int(crc), int(partial[0]) if partial else 0))
         rss_peak = max(rss_peak, ps.memory_info().rss)
         if len(written) >= len(sim.ended):
             break
@@ -273,32 +378,38 @@ def main() -> int:
     cpu_json = Path(str(log) + ".cpu.json")
     parts = json.loads(cpu_json.read_text()) if cpu_json.exists() else {}
     busy = wall1 - wall0
-    lat = sorted(min(t for t, _ in written[j]) - sim.ended[j] for j in written if j in sim.ended)
+    first = {j: min(w) for j, w in written.items() if j in sim.ended}   # (time, crc, partial) of the first write
+    lat = sorted(first[j][0] - sim.ended[j] for j in first if j != big_job)
     store = sum(p.stat().st_size for p in (tmp / "state").glob("cluster.sqlite*"))
     figures = {
-        "nodes": args.nodes, "jobs": len(sim.ended), "rate_per_s": args.rate, "burst": args.burst,
+        "provenance": figures_out.provenance(ROOT),
+        "nodes": args.nodes, "jobs": len(sim.ended), "rate_per_s": args.rate, "burst": args.burst, "big_job_nodes": args.big,
         "write_latency_s": args.latency, "write_call_latency_s": args.call_latency, "db_down_s": args.fail_s, "series_points": args.points,
-        "fleet_fold": not args.no_fleet, "writers": args.writers,
+        "fleet_fold": not args.no_fleet, "writers": args.writers, "senders": SENDERS,
         "summaries": sim.delivered, "burst_ingest_per_s": round(burst_rate or 0, 1),
-        "delivery_timeouts": sim.timeouts, "refused": sim.failed,
+        "busy_replies": sim.busy, "delivery_timeouts": sim.timeouts, "refused": sim.refused, "untaken": untaken,
         "delivery_p99_s": round(statistics.quantiles(sim.delivery_s, n=100)[98], 3) if len(sim.delivery_s) > 100 else None,
         "lost": len(set(sim.ended) - set(written)),
-        "duplicated": sum(1 for v in written.values() if len({c for _, c in v}) > 1),
-        "rewritten": sum(1 for v in written.values() if len(v) > 1),
+        "partial": sum(1 for j in first if first[j][2]),
+        "written_twice": sum(1 for v in written.values() if len(v) > 1),
+        "duplicated_different_text": sum(1 for v in written.values() if len({c for _, c, _ in v}) > 1),
         "end_to_delivered_p50_s": round(statistics.median(sim.delivered_at[j] - sim.ended[j] for j in sim.delivered_at), 2),
         "end_to_comment_p50_s": round(lat[len(lat) // 2], 2) if lat else None,
         "end_to_comment_p99_s": round(lat[int(len(lat) * 0.99) - 1], 2) if lat else None,
+        "end_to_comment_max_s": round(lat[-1], 2) if lat else None,
+        "big_job_end_to_comment_s": round(first[big_job][0] - sim.ended[big_job], 2) if big_job in first else None,
         "service_cpu_pct_of_core": round(cpu_pct, 1), "service_rss_peak_mib": round(rss_peak / 2**20, 1),
         # the same CPU by part: collector = taking summaries in; merge = summary.merge + diagnosis; fleet = fold
         "cpu_pct_of_core_by_part": {k: round(100.0 * v / busy, 1) for k, v in sorted(parts.items())},
         "store_mib_per_100k_jobs": round(store / max(len(sim.ended), 1) * 1e5 / 2**20, 1),
-        "load_avg_1m_start_end": [round(load0, 2), round(os.getloadavg()[0], 2)], "cpus": os.cpu_count(),
+        "load_avg_1_5_15_start": [round(x, 2) for x in load0], "load_avg_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
     }
     if spy is not None and folded.exists():
         figures["profile_inclusive_pct_of_samples"] = profile_top(folded)
     figures_out.emit(figures, args.json)
     subprocess.run(["rm", "-rf", str(tmp), str(run_dir)])
-    return 0 if figures["lost"] == 0 and figures["duplicated"] == 0 else 1
+    return 0 if figures["lost"] == 0 and figures["duplicated_different_text"] == 0 else 1
 
 
 if __name__ == "__main__":

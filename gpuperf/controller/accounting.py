@@ -142,7 +142,8 @@ class StubWriter:
         self.latency_s, self.failing, self.per_job, self.call_s = latency_s, failing, per_job, call_s
         self.lock = threading.Lock()
         self.written: dict[int, list[tuple[float, str]]] = {}
-        # another process (a test that kills this one) reads the writes here: "time job_id crc32" lines
+        # another process (a test that kills this one) reads the writes here: "time job_id crc32 partial" lines
+        # (partial: 1 when the headline says the job's summary lacks a node's)
         self.log = open(log_path, "a", buffering=1) if log_path else None
 
     def write(self, items: list[tuple[int, str]]) -> dict[int, str | None]:
@@ -154,7 +155,8 @@ class StubWriter:
             for j, text in items:
                 self.written.setdefault(j, []).append((time.time(), text))
                 if self.log:
-                    self.log.write(f"{time.time():.3f} {j} {zlib.crc32(text.encode())}\n")
+                    partial = int(" partial=1" in text.partition(" z=")[0])
+                    self.log.write(f"{time.time():.3f} {j} {zlib.crc32(text.encode())} {partial}\n")
         return {j: None for j, _ in items}
 
     def allocated_gpus(self, job_ids: list[int]) -> dict[int, bool]:

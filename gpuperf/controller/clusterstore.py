@@ -127,10 +127,17 @@ class ClusterStore:
         if commit:
             self.db.commit()
 
-    def node_summaries(self, job_id: int) -> dict[str, dict]:
-        """node -> summary of every node that reported for a job."""
+    def node_summaries(self, job_id: int, drop: tuple[str, ...] = ()) -> dict[str, dict]:
+        """node -> summary of every node that reported for a job; ``drop``: members left out of each as it is
+        read (a merge of thousands of nodes holds only what it joins)."""
         rows = self.db.execute("SELECT node, summary FROM node_summaries WHERE job_id=?", (int(job_id),))
-        return {node: _unpack(blob) for node, blob in rows}
+        out = {}
+        for node, blob in rows:
+            s = _unpack(blob)
+            for k in drop:
+                s.pop(k, None)
+            out[node] = s
+        return out
 
     def node_series(self, job_id: int) -> dict[str, dict]:
         """node -> the gpuperf.series.v1 value it sent with its summary (nodes that sent one)."""
@@ -173,6 +180,10 @@ class ClusterStore:
              time.time()))
         self.db.execute("INSERT OR REPLACE INTO job_summaries VALUES (?,?)",
                         (int(s["job_id"]), blob if blob is not None else _pack(s)))
+
+    def has_job(self, job_id: int) -> bool:
+        """Whether a merged summary of the job is stored (a merge now is a late one)."""
+        return self.db.execute("SELECT 1 FROM jobs WHERE job_id=?", (int(job_id),)).fetchone() is not None
 
     def job(self, job_id: int) -> dict | None:
         """A job's merged summary, or None."""

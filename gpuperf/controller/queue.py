@@ -148,13 +148,18 @@ class JobQueue:
         """Every job waiting for its merge (the service checks them all once, when it starts)."""
         return {j for (j,) in self.db.execute("SELECT job_id FROM ended WHERE state='merge'")}
 
-    def note_late(self, job_id: int, nodes_reported: set[str], now: float) -> bool:
-        """A node summary came for a job already merged without it: its one late merge is due when its last
-        node has reported, else ``LATE_GRACE_S`` after its end; False once that merge was made (store only)."""
-        r = self.db.execute("SELECT nodes, ended, late FROM ended WHERE job_id=?", (job_id,)).fetchone()
-        if r is None or (r[2] is not None and r[2] <= LATE_DONE):
+    def note_late(self, job_id: int, now: float) -> bool:
+        """A node summary came for this job: when the job was merged without it, its one late merge is due when
+        its last node has reported, else ``LATE_GRACE_S`` after its end. False when nothing is due (not merged,
+        merged with that node, or its late merge made: the summary is stored only)."""
+        r = self.db.execute("SELECT nodes, ended, late, state FROM ended WHERE job_id=?", (job_id,)).fetchone()
+        if r is None or r[3] not in MERGED_STATES or (r[2] is not None and r[2] <= LATE_DONE):
             return False
-        due = now if set(json.loads(r[0])) <= nodes_reported else r[1] + LATE_GRACE_S
+        reported = {n for (n,) in self.db.execute("SELECT node FROM node_summaries WHERE job_id=?", (job_id,))}
+        merged = self.db.execute("SELECT nodes FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        if not reported - set((merged[0] or "").split(",") if merged else ()):
+            return False
+        due = now if set(json.loads(r[0])) <= reported else r[1] + LATE_GRACE_S
         if r[2] is None or due < r[2]:
             self.db.execute("UPDATE ended SET late=? WHERE job_id=?", (due, job_id))
         return True

@@ -5,8 +5,10 @@ Three kinds of thread, none waiting on another:
 - the collector (``collector.Collector``) takes node summaries off its socket into the store and
   replies; it never touches the accounting database, so nodes deliver as fast while it is down;
 - the scheduler (this module's loop, every ``TICK_S``) reads job-end notices into the durable queue
-  (``queue.JobQueue``), folds arrived summaries into the fleet view (``gpuperf.fleet.ingest``), merges jobs whose nodes all reported or whose wait is over, flags node
-  summaries of jobs slurmctld never reported ending, and hands due AdminComment batches to
+  (``queue.JobQueue``), folds arrived summaries into the fleet view (``gpuperf.fleet.ingest``), merges jobs
+  whose nodes all reported or whose wait is over (a job of hundreds of nodes on a thread of its own:
+  ``mergework.LargeMerges``), flags node summaries of jobs slurmctld never reported ending, and hands due
+  AdminComment batches to
 - ``controller.writers`` writer threads (``accounting.SacctWriter``: one sacctmgr + one sacct per batch);
   a job whose write fails is retried with its own backoff until ``admin_comment_wait_s`` after its
   end, then marked ``unavailable``.
@@ -26,11 +28,10 @@ import threading
 import time
 from typing import Callable
 
-from gpuperf.model import admincomment
 from gpuperf.files import config as config_mod, jobdirs, log
-from gpuperf.controller import accounting, clusterstore, merge, notices
+from gpuperf.controller import accounting, clusterstore, merge, mergework, notices
 from gpuperf.controller.collector import Collector
-from gpuperf.controller.queue import MERGED_STATES, JobQueue, batch_sizes
+from gpuperf.controller.queue import JobQueue, batch_sizes
 from gpuperf.fleet import ingest as fleet_ingest
 from gpuperf.fleet.fingerprint import FleetStore, default_path as fleet_path
 
@@ -80,6 +81,7 @@ class Service:
         # jobs to look at for completeness at the next tick: at start every job waiting (nodes that reported
         # before a restart), then those a summary or notice came for
         self._check: set[int] = self.queue.waiting()
+        self._large = mergework.LargeMerges(cfg, self.path)
         # (job, node) -> the summary as the collector parsed it: a merge need not read and decode it again
         self._parsed: dict[tuple[int, str], dict] = {}
         self.log = log.get("controller")
@@ -89,7 +91,7 @@ class Service:
         """Notices -> queue, arrived summaries, merges, orphans, write results, new write batches; one commit."""
         now = self.clock()
         for name, step in (("notices", self._take_notices), ("fleet", self._take_arrived),
-                           ("merge", lambda: self._merge_due(now)), ("orphans", lambda: self._orphans(now)),
+                           ("merge", lambda: self._merge_due(now)), ("large", self._take_large), ("orphans", lambda: self._orphans(now)),
                            ("results", lambda: self._take_results(now)), ("commit", self.store.db.commit),
                            ("dispatch", lambda: self._dispatch(now)), ("jobdirs", lambda: self._prune_job_dirs(now))):
             t0 = time.thread_time()
@@ -108,7 +110,7 @@ class Service:
 
     def _take_arrived(self) -> None:
         """The summaries stored since the last tick: into the fleet view (one transaction), kept parsed for
-        their merge; a job already merged without that node is merged again."""
+        their merge, their jobs looked at for completeness; a job merged without that node: one late merge."""
         seen: set[int] = set()
         got: list[dict] = []
         while True:
@@ -126,15 +128,8 @@ class Service:
             # never raises; may drain under fleet.policy = "drain"
             fleet_ingest.on_node_summaries(self.cfg, got, store=self._fleet_store())
         self._check |= seen
-        for j in seen:
-            st = self.queue.state(j)
-            if st is None or st[0] not in MERGED_STATES:
-                continue
-            merged = self.store.job(j) or {}
-            reported = set(self.store.node_copies(j))
-            if reported - set(merged.get("nodes") or []):
-                # merged without this node: one late merge (``queue``: when its last node came, or after a grace)
-                self.queue.note_late(j, reported, self.clock())
+        for j in seen:   # merged without this node: one late merge (``queue``: when its last node came, or later)
+            self.queue.note_late(j, self.clock())
 
     def _fleet_store(self) -> FleetStore | None:
         """The fleet store, opened once (None, and the fold opens its own, when it cannot be opened)."""
@@ -155,6 +150,11 @@ class Service:
         due += [e for e in self.queue.due_late(now, exclude=self.in_flight) if e.job_id not in {d.job_id for d in due}]
         empty = []
         for i, e in enumerate(due):
+            if len(e.nodes) > mergework.LARGE_NODES:
+                # seconds of work: on its own thread, so every other job's merge and write goes on meanwhile
+                if e.job_id not in self._large.running:
+                    self._large.submit(e, self.store.node_copies(e.job_id), self.store.has_job(e.job_id))
+                continue
             parts = self._parts(e.job_id, e.nodes)
             if not parts:
                 empty.append(e)
@@ -169,12 +169,14 @@ class Service:
             self._merge_empty(empty, now)
 
     def _parts(self, job_id: int, nodes: list[str]) -> dict[str, dict]:
-        """node -> summary of a job's nodes that reported: as the collector parsed them, else from the store."""
+        """node -> summary of a job's nodes that reported: as the collector parsed them, else from the store.
+        Of a job of several nodes, without what the join does not read (``mergework.JOIN_UNUSED``)."""
+        drop = mergework.JOIN_UNUSED if len(nodes) > 1 else ()
         mine = {n: self._parsed[(job_id, n)] for n in nodes if (job_id, n) in self._parsed}
         if len(mine) == len(nodes):
-            return mine
+            return {n: {k: v for k, v in s.items() if k not in drop} for n, s in mine.items()} if drop else mine
         # a node not seen parsed (sent before a restart, evicted, or not in the notice's list): read the store
-        return self.store.node_summaries(job_id)
+        return self.store.node_summaries(job_id, drop=drop)
 
     def _merge_empty(self, jobs: list, now: float) -> None:
         """No node reported: a job without GPUs is skipped, one with GPUs merged as partial (one sacct call)."""
@@ -197,34 +199,42 @@ class Service:
                 self._merge(e, {}, now)
 
     def _merge(self, e, parts: dict[str, dict], now: float, orphan: bool = False) -> None:
-        merged = merge.merge_job(parts, e.nodes, {"job_id": e.job_id, "user": e.user, "uid": e.uid},
-                                 None if orphan else e.ended, self.store.node_copies(e.job_id),
-                                 thresholds=self.cfg.report.thresholds,
-                                 orphan_after_s=self.cfg.controller.orphan_after_s if orphan else None,
-                                 late=self.store.db.execute("SELECT 1 FROM jobs WHERE job_id=?",
-                                                            (e.job_id,)).fetchone() is not None)
-        if not orphan and not (merged.get("job") or {}).get("gpu_count") and parts and not self.cfg.report.cpu_jobs:
-            # nodes of an older gpuperf still report jobs that held no GPU: nothing to say, nothing to write
-            for n in e.nodes:
-                self._parsed.pop((e.job_id, n), None)
-            self.queue.set_merged(e.job_id, None, "skipped", now)
-            return
-        # one JSON encoding and compression serves the store and the AdminComment's payload
-        raw = admincomment.compressed(merged)
-        self.store.put_job(merged, commit=False, blob=raw)  # committed with the tick's (or chunk's) other changes
+        self._apply(e, mergework.compute(self.cfg, e, parts, self.store.node_copies(e.job_id),
+                                         self.store.has_job(e.job_id), orphan), now, orphan)
+
+    def _apply(self, e, m: mergework.Merged, now: float, orphan: bool = False) -> None:
+        """A merge's result into the store and the queue (committed with the tick's or chunk's other changes)."""
         for n in e.nodes:
             self._parsed.pop((e.job_id, n), None)
+        if m.summary is None:
+            self.queue.set_merged(e.job_id, None, "skipped", now)
+            return
+        self.store.put_job(m.summary, commit=False, blob=m.raw)
         if orphan:
             self.queue.set_merged(e.job_id, None, "orphan", now)
-        elif self.cfg.report.admin_comment:
-            # an array task's or het component's name (slurmctld's notice) in the headline only: the payload
-            # is the stored summary's bytes, and readers name a job through Slurm (jobrecords)
-            self.queue.set_merged(e.job_id, admincomment.encode(merged, raw=raw, name=e.job_ref), "write", now)
+        elif m.text is not None:
+            self.queue.set_merged(e.job_id, m.text, "write", now)
         else:
+            if m.error:
+                # not even the reduced form fits (it never has): the summary is stored, nothing written, not retried
+                self.log.error("job %s: no AdminComment: %s", e.job_id, m.error)
             self.queue.set_merged(e.job_id, None, "skipped", now)
-        merge.record(self.cfg.general.run_dir, e.job_id,
-                     {"nodes": e.nodes, "reported": sorted(parts), "waited_s": round(now - e.ended, 2),
-                      "partial": merged["quality"]["partial"], "class": merged["diagnosis"]["class"]}, now)
+        merge.record(self.cfg.general.run_dir, e.job_id, mergework.record(e, m, now), now)
+
+    def _take_large(self) -> None:
+        """Large jobs merged on their own thread (``mergework.LargeMerges``): into the store and the queue."""
+        now = self.clock()
+        empty = []
+        for e, m in self._large.take():
+            if m is None:
+                empty.append(e)
+            elif m.error and m.summary is None:
+                self.log.error("job %s: not merged (%s); merged again only if a late summary comes", e.job_id, m.error)
+                self.queue.set_merged(e.job_id, None, "unavailable", now)
+            else:
+                self._apply(e, m, now)
+        if empty:
+            self._merge_empty(empty, now)
 
     def _orphans(self, now: float) -> None:
         """Jobs whose summaries came in ``orphan_after_s`` ago without slurmctld's notice (a moving window)."""
@@ -298,7 +308,6 @@ class Service:
         collector = Collector(self.cfg, self.path, self.arrived)
         ready = threading.Event()
         endpoint: list[str] = []
-
         failed: list[BaseException] = []
 
         def _ready(ep: str) -> None:
@@ -349,6 +358,7 @@ class Service:
         finally:
             for _ in range(self.cfg.controller.writers):
                 self.work.put(None)
+            self._large.close()
             self.store.close()
             if self._fleet is not None:
                 self._fleet.close()

@@ -11,12 +11,17 @@ header by its Adler-32; payloads written before it, plain zlib, still decode) in
 padding, lowercased. Base32 uses one case only, so decoding upper-cases it back; it has no quotes for
 sacctmgr to turn into backticks (FACTS.md). Another tool's text may sit beside it in the field
 (jobstats' ``JS1:``): the readers here decode gpuperf's part wherever it is (``acshare``).
+
+Every job's AdminComment is at most 4 KiB (``budget``), whatever its size: one 8-GPU node's whole summary
+fits; a larger job's loses detail in a fixed order (``_slim``, listed in the payload's ``truncated``) down to
+the least busy GPUs by name with every GPU's spread (``gpus_dist``: min, p10, median, p90, max), the first
+names of its node lists with their counts, and at last the reduced form (the headline's figures and the
+diagnosis). The whole merged summary is in the controller's store (``gpuperf report`` as admin).
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import zlib
 from typing import Any
 
@@ -25,7 +30,7 @@ from gpuperf.model import acshare, acvocab, jobref
 
 PREFIX = acshare.PREFIX
 SACCT_MAX_BYTES = 65535          # sacct keeps at most this much, cutting silently (FACTS.md)
-NODE_BUDGET_BYTES = 4096         # per node: one 8-GPU node's full summary fits (benchmarks/report_sizes.py)
+NODE_BUDGET_BYTES = 4096         # per job: one 8-GPU node's full summary fits (benchmarks/report_sizes.py)
 
 
 MAX_DECODED_BYTES = 4 << 20  # a summary is a few KiB to a few hundred; sacct gives at most 64 KiB of text
@@ -127,54 +132,126 @@ def _pack(summary: dict, raw: bytes | None = None) -> str:
     return b32_lower(raw if raw is not None else compressed(summary))
 
 
+WORST_GPUS = 8        # GPUs named one by one when not every GPU fits: the least busy
+LIST_MAX = 16         # names kept of a node list (nodes, hosts, nodes expected and missing) when not all fit
+REASONS_MAX = 8       # quality reasons kept, each cut to REASON_CHARS, when not all fit
+REASON_CHARS = 240
+LEVELS = 7            # 0: the whole summary ... 6: the headline's figures and the diagnosis only
+_GPU_KEEP = ("node", "gpu", "name", "seconds", "sm_active_pct", "tensor_active_pct", "dram_active_pct",
+             "util_gpu_pct", "mem_peak_pct", "power_mean_w", "energy_j", "idle_pct")
+_DIST = ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "util_gpu_pct", "mem_peak_pct", "power_mean_w",
+         "idle_pct")
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def distribution(gpus: list[dict]) -> dict[str, list[float]]:
+    """Per figure over the GPUs that have it: [min, p10, median, p90, max] (pure)."""
+    out = {}
+    for k in _DIST:
+        v = sorted(x for x in (_num(g.get(k)) for g in gpus) if x is not None)
+        if v:
+            n = len(v) - 1
+            out[k] = [round(v[round(q * n)], 1) for q in (0.0, 0.1, 0.5, 0.9, 1.0)]
+    return out
+
+
+def _busy(g: dict) -> float:
+    for k in ("sm_active_pct", "util_gpu_pct"):
+        if (x := _num(g.get(k))) is not None:
+            return x
+    return -1.0
+
+
+def _short(names: Any, n: int = LIST_MAX) -> Any:
+    return names[:n] if isinstance(names, list) and len(names) > n else names
+
+
 def _slim(summary: dict, level: int) -> dict:
-    """A smaller summary when the full one does not fit, losing the least useful detail first."""
-    s = json.loads(json.dumps(summary))
+    """A smaller summary when the full one does not fit, losing the least useful detail first. Shallow: each
+    level builds anew only what it changes (a deep copy of a 65,536-GPU summary per level cost seconds)."""
+    s = dict(summary)
     dropped = []
     if level >= 1:
         # the reasons behind injected variables and the estimates' fixed texts (gpuspecs has them)
-        for env in (s.get("env") or {}).values():
-            vars_ = env.get("vars") if isinstance(env, dict) else None
-            if isinstance(vars_, dict):
-                env["vars"] = {k: (v.get("value") if isinstance(v, dict) else v) for k, v in vars_.items()}
-        for k in ("label", "source"):
-            (s.get("estimates") or {}).pop(k, None)
+        env = s.get("env") if isinstance(s.get("env"), dict) else {}
+        s["env"] = {node: ({**e, "vars": {k: (v.get("value") if isinstance(v, dict) else v) for k, v in e["vars"].items()}}
+                           if isinstance(e, dict) and isinstance(e.get("vars"), dict) else e) for node, e in env.items()}
+        if isinstance(s.get("estimates"), dict):
+            s["estimates"] = {k: v for k, v in s["estimates"].items() if k not in ("label", "source")}
         dropped.append("env.reasons")
     if level >= 2:
         for k in ("env", "affinity"):
             if s.get(k):
                 s[k] = {}
                 dropped.append(k)
+    gpus = [g for g in s.get("gpus") or [] if isinstance(g, dict)]
     if level >= 3:
-        keep = ("node", "gpu", "name", "seconds", "sm_active_pct", "tensor_active_pct", "dram_active_pct",
-                "util_gpu_pct", "mem_peak_pct", "power_mean_w", "energy_j", "idle_pct")
-        s["gpus"] = [{k: g.get(k) for k in keep} for g in s.get("gpus", [])]
+        s["gpus"] = [{k: g.get(k) for k in _GPU_KEEP} for g in gpus]
         dropped.append("gpus.detail")
     if level >= 4:
-        s["gpus"] = []
+        # the node lists and the reasons, which grow with the job: the first names, the counts, the rest in the store
+        nodes = s.get("nodes") or []
+        if len(nodes) > LIST_MAX or len(s.get("hosts") or {}) > LIST_MAX:
+            s["nodes"], s["nodes_total"] = _short(nodes), len(nodes)
+            hosts = s.get("hosts") if isinstance(s.get("hosts"), dict) else {}
+            s["hosts"] = {k: hosts[k] for k in sorted(hosts)[:LIST_MAX]}
+            dropped.append("nodes")
+        q = s.get("quality")
+        if isinstance(q, dict):
+            q = s["quality"] = dict(q)
+            for k in ("nodes_expected", "nodes_missing"):
+                if isinstance(q.get(k), list) and len(q[k]) > LIST_MAX:
+                    q[f"{k}_total"], q[k] = len(q[k]), _short(q[k])
+            if isinstance(q.get("reasons"), list):
+                q["reasons"] = [str(r)[:REASON_CHARS] for r in q["reasons"][:REASONS_MAX]]
+        if len(gpus) > WORST_GPUS:
+            # every GPU's figures by their spread, and the least busy by name
+            s["gpus_dist"], s["gpus_total"] = distribution(gpus), len(gpus)
+            s["gpus"] = [{k: g.get(k) for k in _GPU_KEEP} for g in sorted(gpus, key=_busy)[:WORST_GPUS]]
+            dropped.append("gpus.worst")
+    if level >= 5:
+        s["gpus"], s["hosts"] = [], {}
         dropped.append("gpus")
+    if level >= 6:
+        # the reduced form: what the headline says, the diagnosis and whether the summary was whole
+        q = s.get("quality") if isinstance(s.get("quality"), dict) else {}
+        diag = s.get("diagnosis") if isinstance(s.get("diagnosis"), dict) else {}
+        s = {k: s.get(k) for k in ("schema", "job_id", "user", "uid", "start", "end", "wall_s", "job", "nodes_total")}
+        s["nodes"] = _short(summary.get("nodes") or [], 4)
+        s["diagnosis"] = {k: diag.get(k) for k in ("class", "busy_class", "confidence", "unused", "imbalanced")
+                          if k in diag}
+        s["quality"] = {k: q.get(k) for k in ("partial", "samples", "nodes_missing_total") if k in q}
+        dropped.append("reduced")
     s["truncated"] = dropped
     return s
 
 
 def budget(summary: dict) -> int:
-    """The AdminComment size gpuperf aims for: 4 KiB per node (the issue's bound for an 8-GPU node)."""
-    return min(SACCT_MAX_BYTES, NODE_BUDGET_BYTES * max(1, len(summary.get("nodes") or [])))
+    """The AdminComment size gpuperf keeps to: 4 KiB for every job, whatever its size (one 8-GPU node's
+    whole summary fits; a larger job's worst GPUs, their spread and the diagnosis do, the rest is in the store)."""
+    return NODE_BUDGET_BYTES
 
 
 def encode(summary: dict, max_bytes: int | None = None, raw: bytes | None = None, name: str | None = None) -> str:
-    """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes.
+    """The AdminComment for a summary; detail is dropped (and listed in ``truncated``) to fit max_bytes, down
+    to the reduced form (headline figures and diagnosis); AdminCommentError only when not even that fits.
 
     ``raw``: ``compressed(summary)`` when the caller has it already (the controller stores the same bytes);
     ``name``: the job as users name it, shown (``job=``) for an array task or het component only."""
     max_bytes = budget(summary) if max_bytes is None else max_bytes
     head = " ".join([PREFIX] + [f"{k}={v}" for k, v in headline(summary, name)])
-    for level in range(5):
+    first = 0
+    if raw is not None and len(raw) * 8 // 5 > 4 * max_bytes:
+        first = 4   # four times too large: the levels that keep every GPU would not fit (and cost a pass each)
+    for level in range(first, LEVELS):
         body = _pack(summary, raw) if level == 0 else _pack(_slim(summary, level))
         text = f"{head} z={body}"
         if len(text.encode()) <= max_bytes:
             return text
-    raise AdminCommentError(f"summary does not fit in {max_bytes} bytes even without per-GPU detail")
+    raise AdminCommentError(f"summary does not fit in {max_bytes} bytes even in its reduced form")
 
 
 def is_admincomment(text: str | None) -> bool:

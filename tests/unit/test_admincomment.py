@@ -182,3 +182,41 @@ def test_the_cluster_stores_job_blobs_read_in_both_forms():
     # rows written before the preset dictionary (plain zlib JSON) and rows written now (the payload's bytes)
     assert clusterstore._unpack(zlib.compress(jsoncodec.dumps(s), 6)) == s
     assert clusterstore._unpack(admincomment.compressed(s)) == s
+
+
+def _nodes_job(n: int) -> dict:
+    parts = []
+    for i in range(n):
+        node = f"gpu{i:05d}"
+        parts.append(summary.node_summary(aggregates(ngpus=8, seed=i % 7, node=node), context(node=node)))
+    return summary.merge(parts, [p["nodes"][0] for p in parts] + ["gpu99999"])
+
+
+def test_every_job_size_gets_one_admincomment_of_at_most_4_kib():
+    # the budget was 4 KiB a node up to sacct's 64 KiB: 4,096 nodes did not fit at all (AdminCommentError);
+    # now a large job keeps its least busy GPUs by name, every GPU's spread and the diagnosis, in 4 KiB
+    import copy
+
+    for n in (2, 96):
+        s = _nodes_job(n)
+        before = copy.deepcopy(s)
+        text = admincomment.encode(s, raw=admincomment.compressed(s))
+        d = admincomment.decode(text)
+        assert len(text.encode()) <= 4096 and s == before, (n, len(text.encode()))
+        assert d["diagnosis"]["class"] == s["diagnosis"]["class"] and d["job"] == s["job"]
+        if n == 96:
+            by_activity = sorted(g["sm_active_pct"] for g in s["gpus"])
+            assert d["gpus_total"] == 8 * n and len(d["gpus"]) == admincomment.WORST_GPUS
+            assert [g["sm_active_pct"] for g in d["gpus"]] == by_activity[:admincomment.WORST_GPUS]
+            assert d["gpus_dist"]["sm_active_pct"][0] == round(by_activity[0], 1)
+            assert d["gpus_dist"]["sm_active_pct"][-1] == round(by_activity[-1], 1)
+            assert d["nodes_total"] == n and len(d["nodes"]) <= admincomment.LIST_MAX
+            assert d["quality"]["nodes_missing"] == ["gpu99999"] and d["quality"]["nodes_expected_total"] == n + 1
+            assert "gpus.worst" in d["truncated"]
+
+
+def test_a_summary_too_large_for_every_level_is_written_in_its_reduced_form():
+    s = _nodes_job(2)
+    s["diagnosis"] = dict(s["diagnosis"], evidence=[hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)])
+    d = admincomment.decode(admincomment.encode(s))
+    assert d["truncated"][-1] == "reduced" and d["diagnosis"]["class"] == s["diagnosis"]["class"]

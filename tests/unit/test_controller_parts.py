@@ -279,17 +279,71 @@ def test_a_late_summary_brings_one_more_merge_and_then_none(tmp_path):
     # LATE_GRACE_S after the end, whichever is first; after it, late summaries are stored only
     st, q = _queue_with_store(tmp_path)
     q.add(9, ["a", "b", "c"], "u", 1, 1000.0)
+    for n in ("a", "b"):
+        _reported(st, 9, n)
+    st.put_job({"job_id": 9, "nodes": ["a"]}, commit=False)
     q.set_merged(9, "text", "write", 1031.0)
+    assert not q.note_late(8, 1035.0)                                  # never queued
     q.set_written(9, 1032.0)
-    assert q.note_late(9, {"a", "b"}, 1040.0)
+    assert q.note_late(9, 1040.0)
     assert q.due_late(1041.0) == []
     grace = 1000.0 + queue.LATE_GRACE_S
     assert [e.job_id for e in q.due_late(grace, exclude={9})] == []    # its write is in flight: not now
     assert [e.job_id for e in q.due_late(grace)] == [9]
     assert q.due_late(grace + 1) == []
-    assert not q.note_late(9, {"a", "b", "c"}, grace + 5)             # the one late merge was made
+    _reported(st, 9, "c")
+    assert not q.note_late(9, grace + 5)                              # the one late merge was made
     assert q.due_late(grace + 10) == []
-    # the last node in before the grace: merged again at once
+    # the last node in before the grace: merged again at once; a node the merge had: nothing
     q.add(10, ["a", "b"], "u", 1, 1000.0)
+    _reported(st, 10, "a")
+    st.put_job({"job_id": 10, "nodes": ["a"]}, commit=False)
     q.set_merged(10, "text", "done", 1031.0)
-    assert q.note_late(10, {"a", "b"}, 1050.0) and [e.job_id for e in q.due_late(1050.0)] == [10]
+    assert not q.note_late(10, 1040.0)
+    _reported(st, 10, "b")
+    assert q.note_late(10, 1050.0) and [e.job_id for e in q.due_late(1050.0)] == [10]
+
+
+def test_a_large_job_merges_on_its_own_thread_while_the_others_go_on(tmp_path, monkeypatch):
+    # a job of thousands of nodes takes seconds to merge: the scheduler hands it to a thread of its own and
+    # merges the small job that ended after it meanwhile (here "large" is 5 nodes and its merge is held)
+    import threading
+    import time
+
+    from gpuperf.controller import clusterstore, mergework, service
+
+    monkeypatch.setattr(mergework, "LARGE_NODES", 4)
+    cfg = config.parse(f'[general]\nstate_dir = "{tmp_path}/st"\nrun_dir = "{tmp_path}/run"\nlog_file = ""\n')
+    st = clusterstore.ClusterStore(clusterstore.default_path(cfg))
+    big = [f"n{i}" for i in range(5)]
+    for job, nodes in ((8, big), (9, ["m1"])):
+        for node in nodes:
+            st.put_node_summary(summary.node_summary(aggregates(job_id=job, node=node, ngpus=2),
+                                                     context(job_id=job, node=node)), 0, commit=False)
+    q = queue.JobQueue(st.db)
+    q.add(8, big, "alice", 1000, 100.0)
+    q.add(9, ["m1"], "alice", 1000, 101.0)
+    st.db.commit()
+    st.close()
+    gate, compute = threading.Event(), mergework.compute
+
+    def held(cfg_, e, *a, **k):
+        if len(e.nodes) > 4:
+            assert gate.wait(10)
+        return compute(cfg_, e, *a, **k)
+
+    monkeypatch.setattr(mergework, "compute", held)
+    svc = service.Service(cfg, accounting.StubWriter(0.0))
+    svc.tick()
+    assert svc.queue.state(9)[0] == "write" and svc.queue.state(8)[0] == "merge" and svc._large.running == {8}
+    svc.tick()
+    assert svc._large.todo.qsize() == 0 and svc._large.running == {8}   # submitted once, not again each tick
+    gate.set()
+    end = time.time() + 10
+    while svc.queue.state(8)[0] == "merge" and time.time() < end:
+        time.sleep(0.05)
+        svc.tick()
+    (job, text), = [w for w in svc.queue.due_writes(time.time() + 1, 10) if w[0] == 8]
+    assert admincomment.decode(text)["nodes"] == big and len(text.encode()) <= 4096
+    svc._large.close()
+    svc.store.close()
