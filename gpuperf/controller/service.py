@@ -223,18 +223,15 @@ class Service:
 
     def _take_large(self) -> None:
         """Large jobs merged on their own thread (``mergework.LargeMerges``): into the store and the queue."""
-        now = self.clock()
-        empty = []
-        for e, m in self._large.take():
-            if m is None:
-                empty.append(e)
-            elif m.error and m.summary is None:
+        now, got = self.clock(), self._large.take()
+        for e, m in got:
+            if m is not None and m.error and m.summary is None:
                 self.log.error("job %s: not merged (%s); merged again only if a late summary comes", e.job_id, m.error)
                 self.queue.set_merged(e.job_id, None, "unavailable", now)
-            else:
+            elif m is not None:
                 self._apply(e, m, now)
-        if empty:
-            self._merge_empty(empty, now)
+        if any(m is None for _, m in got):
+            self._merge_empty([e for e, m in got if m is None], now)
 
     def _orphans(self, now: float) -> None:
         """Jobs whose summaries came in ``orphan_after_s`` ago without slurmctld's notice (a moving window)."""
