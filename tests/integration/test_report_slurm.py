@@ -313,7 +313,7 @@ def test_every_reader_shows_the_judgement_the_node_made(slurm_cluster):
     """Issue 35: an ordinary user's job, judged once by its node (the daemon replays a job with phases) and kept
     by the controller: the AdminComment, the owner's report --json (through sacct, and through the node
     daemon), the admin's (the controller's store), both HTML pages and the end mail show one class, the same
-    phases and the same rates."""
+    phases and the same rates; ``gpuperf jobs`` and the terminal report the same class."""
     sys.path.insert(0, str(ROOT / "tests" / "unit"))
     from report_fixtures import story
     from gpuperf.report import mailtext
@@ -338,6 +338,13 @@ def test_every_reader_shows_the_judgement_the_node_made(slurm_cluster):
                 "admin --html": _shown(c, job, "--html")})
     for reader, s in got.items():
         assert story(s) == story(node_s), f"{reader} shows another judgement than the node's"
+    cls = node_s["diagnosis"]["class"]
+    # the listings and the terminal report: the same class (and the terminal the same phases)
+    for user in (c.user, None):
+        rows = json.loads(c.run("gpuperf", "jobs", job, "--json", user=user, check=True).stdout)
+        assert [r["class"] for r in rows] == [cls], (user, rows)
+        term = c.run("gpuperf", "report", job, user=user, check=True).stdout
+        assert cls.replace("_", "-").upper() in term and term.count("◦ phase") == len(node_s["diagnosis"]["phases"]), term
     text = c.run(PY, "-c", MAIL, job, check=True).stdout
     for line in mailtext.job_lines(str(job), node_s)[:3]:
         assert line in text, (line, text)
