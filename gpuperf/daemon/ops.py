@@ -285,7 +285,8 @@ class Ops:
         aggs = JobAggregates.from_state(state).to_dict() if state else None
         # a finished job's judgement is the one this node made at its end, with its series: served as kept
         # (issue 35), so its owner never reads a weaker one rebuilt from the aggregates without them
-        summary = deliver_mod.stored_summary(self.cfg.general.run_dir, job_id) if row["state"] != "running" else None
+        summary = None if row["state"] == "running" else (self.store.summary(job_id)
+                                                         or deliver_mod.stored_summary(self.cfg.general.run_dir, job_id))
         return protocol.ok(state=row["state"], job=public_reg(row), aggregates=aggs, summary=summary)
 
     def op_jobs(self, req: protocol.Request, uid: int | None) -> dict[str, Any]:

@@ -216,7 +216,7 @@ class Daemon:
         cfg, lg = self.cfg, self.log
         store.in_transaction(store.add_event, self.clock(), None, "start",
                              {"pid": os.getpid(), "backend": getattr(self.sampler, "name", "?")})
-        handover = Handover(store, self.deliveries.put, cfg.controller.series_points, lg)
+        handover = Handover(store, self.deliveries.put, cfg.controller.series_points, lg, self.deliveries.kept)
         energy = functools.partial(read_energy, self.sampler, lg)
         jobs = Jobs(store, self.registry, self.facts, clock=self._now, read_energy=energy,
                     error_counters=self.errors.get, hand_over=handover.deliver_finalised,
@@ -315,6 +315,7 @@ class Daemon:
         while not self._stop.is_set():
             o.channels.serve(ticks.wait_ms(POLL_CAP_MS), o.ops.handle)
             o.ops.run_later()
+            o.handover.keep_delivered()
             if not ticks.due():
                 continue
             began = time.monotonic()

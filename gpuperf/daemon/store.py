@@ -46,9 +46,12 @@ CREATE TABLE IF NOT EXISTS aggregates(job_id INTEGER PRIMARY KEY, t REAL, state 
 CREATE TABLE IF NOT EXISTS samples(gpu INTEGER, t REAL, v BLOB, PRIMARY KEY(gpu, t)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS samples_1m(gpu INTEGER, t INTEGER, v BLOB, PRIMARY KEY(gpu, t)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events(t REAL, job_id INTEGER, kind TEXT, detail TEXT);
+CREATE TABLE IF NOT EXISTS summaries(job_id INTEGER PRIMARY KEY, summary BLOB);
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
 """
 
+# ``summaries`` (a finished job's node summary as delivered: its judgement, kept as long as the job) came without
+# a new version: a table more is created on open (``CREATE ... IF NOT EXISTS``) and an older gpuperf ignores it.
 # Layout version of this code. Version 0 is a store of gpuperf 0.1.0 (no version set): the same tables.
 # A change of layout appends (new_version, SQL) here and raises SCHEMA_VERSION; the steps run in order
 # in one transaction, so an interrupted upgrade leaves the old version whole.
@@ -232,6 +235,16 @@ class Store:
         return json.loads(zlib.decompress(row[0])) if row else None
 
     # samples --------------------------------------------------------------------------
+    def put_summary(self, job_id: int, summary: dict[str, Any]) -> None:
+        """Keep a finished job's node summary (its judgement, as delivered; zlib JSON)."""
+        self.db.execute("INSERT OR REPLACE INTO summaries(job_id, summary) VALUES (?, ?)",
+                        (int(job_id), zlib.compress(json.dumps(summary, separators=(",", ":")).encode(), 6)))
+
+    def summary(self, job_id: int) -> dict[str, Any] | None:
+        """A finished job's node summary as kept, or None."""
+        row = self.db.execute("SELECT summary FROM summaries WHERE job_id=?", (int(job_id),)).fetchone()
+        return json.loads(zlib.decompress(row[0])) if row else None
+
     def add_samples(self, samples: Iterable[GpuSample]) -> None:
         """Store one sweep at full resolution."""
         self.db.executemany("INSERT OR REPLACE INTO samples(gpu, t, v) VALUES (?, ?, ?)",
@@ -275,6 +288,8 @@ class Store:
         cutoff = now - self.retention_s
         self.db.execute("DELETE FROM samples_1m WHERE t < ?", (cutoff,))
         self.db.execute("DELETE FROM aggregates WHERE job_id IN (SELECT job_id FROM jobs WHERE state='finalized' AND end < ?)",
+                        (cutoff,))
+        self.db.execute("DELETE FROM summaries WHERE job_id IN (SELECT job_id FROM jobs WHERE state='finalized' AND end < ?)",
                         (cutoff,))
         self.db.execute("DELETE FROM jobs WHERE state='finalized' AND end < ?", (cutoff,))
         self.db.execute("DELETE FROM events WHERE t < ?", (cutoff,))

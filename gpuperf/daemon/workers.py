@@ -77,6 +77,8 @@ class Deliveries:
         self._down_until = 0.0       # monotonic time before which no waiting summary is tried again
         self._tried = -PROBE_EVERY_S  # monotonic time of the last send
         self._later: list[tuple[float, int, tuple]] = []  # (when, seq, item): summaries waiting for a retry
+        # (job id, node summary) as written, for the loop's thread to keep in the store (``Handover.keep_delivered``)
+        self.kept: queue.SimpleQueue = queue.SimpleQueue()
 
     def thread(self) -> threading.Thread:
         """The delivering thread (not started)."""
@@ -130,6 +132,8 @@ class Deliveries:
             out, summary = deliver_mod.write(self.cfg, aggs, context)
             if out["errors"]:
                 self.log.warning("job %s: delivery: %s", job_id, "; ".join(out["errors"]))
+            if summary is not None:
+                self.kept.put((job_id, {k: v for k, v in summary.items() if k not in deliver_mod.EVIDENCE_KEYS}))
             if summary is None or not self.send:
                 return self._done(outbox)
         now = self.monotonic()

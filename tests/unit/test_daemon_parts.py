@@ -37,6 +37,7 @@ class FakeStore:
     def __init__(self) -> None:
         self.jobs_: dict[int, dict[str, Any]] = {}
         self.aggs: dict[int, dict[str, Any]] = {}
+        self.summaries: dict[int, dict[str, Any]] = {}
         self.events_: list[tuple[float, int | None, str, dict]] = []
         self.samples: list[GpuSample] = []
         self.log: list[str] = []
@@ -85,6 +86,12 @@ class FakeStore:
 
     def aggregates(self, job_id: int) -> dict | None:
         return self.aggs.get(job_id)
+
+    def put_summary(self, job_id: int, summary: dict) -> None:
+        self.summaries[job_id] = summary
+
+    def summary(self, job_id: int) -> dict | None:
+        return self.summaries.get(job_id)
 
     def samples_since(self, gpus, t0: float) -> list[GpuSample]:
         return [s for s in self.samples if s.gpu in gpus and s.t > t0]

@@ -181,3 +181,33 @@ def test_a_job_of_two_nodes_is_judged_from_both_nodes_series_and_read_alike(path
         assert story(s) == story(merged), f"{reader} differs from the controller's merge"
         assert "phase_series" not in s and s["nodes"] == ["n1", "n2"], reader
     _mail_says(merged, _mail(monkeypatch, cfgs["n1"], 8))
+
+
+def test_the_daemon_keeps_a_finished_jobs_judgement_and_serves_it_to_its_owner_after_the_job_dir_is_gone(tmp_path, monkeypatch):
+    import logging
+    import shutil
+
+    from gpuperf.daemon import handover
+    from gpuperf.daemon.workers import Deliveries
+
+    cfg = _cfg(tmp_path, "n1")
+    store = Store(tmp_path / "n1.sqlite")
+    deliveries = Deliveries(cfg, logging.getLogger("test"), send=False)
+    hand = handover.Handover(store, deliveries.put, cfg.controller.series_points, logging.getLogger("test"), deliveries.kept)
+    aggs, _ = fromrecording.replay_job(str(HERE / "phases-h100-80gb-hbm3.jsonl.gz"), job_id=9, store=store)
+    store.in_transaction(store.put_job, {"job_id": 9, "uid": OWNER, "user": "owner", "gpus": [0], "start": aggs["start"]},
+                         aggs["start"])
+    store.in_transaction(store.finish_job, 9, aggs["end"], False, aggs["end"])
+    hand.deliver_finalised(aggs, {"job_id": 9, "user": "owner", "uid": OWNER, "node": "n1"})
+    th = deliveries.thread()
+    th.start()
+    deliveries.close()
+    th.join(30)
+    assert hand.keep_delivered() == 1
+    jdir = Path(cfg.general.run_dir) / "jobs" / "9"
+    written = json.loads((jdir / "node_summary.json").read_text())
+    assert written["diagnosis"]["phases"]
+    shutil.rmtree(jdir)                 # pruned after job_dir_keep_days: the store keeps the job for longer
+    _daemon(monkeypatch, store, cfg)
+    served = client.request(cfg, "job", {"job_id": 9})["summary"]
+    assert story(served) == story(written) and "phase_series" not in served and "series" not in served
