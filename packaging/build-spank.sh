@@ -12,13 +12,22 @@ out="$prefix/lib"
 [ "${1:-}" = "--out" ] && out=${2:?--out needs a directory}
 
 . "$here/packaging/apt-need.sh"
-apt_need gcc libc6-dev libslurm-dev
+# the test cluster on a newer Debian suite's Slurm (tests/cluster/suiteroot.py): that release's headers, from its root
+suite_inc=
+if [ -n "${GPUPERF_SLURM_SUITE:-}" ]; then
+  suite_inc=$here/build/slurm-roots/$GPUPERF_SLURM_SUITE.include
+  mkdir -p "$suite_inc"
+  ln -sfn "$here/build/slurm-roots/$GPUPERF_SLURM_SUITE/usr/include/slurm" "$suite_inc/slurm"
+  apt_need gcc libc6-dev
+else
+  apt_need gcc libc6-dev libslurm-dev
+fi
 
 mkdir -p "$out"
 tmp=$(mktemp "$out/.gpuperf_spank.XXXXXX.so")
 trap 'rm -f "$tmp"' EXIT
 # everything but the SPANK entry points and plugin_* symbols is static in the source
-gcc -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared \
+gcc -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared ${suite_inc:+-I"$suite_inc"} \
     -o "$tmp" "$src"
 chmod 0755 "$tmp"
 # rename: a slurmstepd loading the plugin right now never sees half a file

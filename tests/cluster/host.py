@@ -10,11 +10,17 @@ import contextlib
 import fcntl
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Sequence
+
+try:
+    from . import suiteroot
+except ImportError:  # run as a script (cluster.sh)
+    import suiteroot  # type: ignore[no-redef]
 
 # faketime (libfaketime): a slurmctld whose clock is off, for gpuperf doctor's clock check (restart_slurmctld)
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurmdbd", "mariadb-server", "faketime")
@@ -24,9 +30,14 @@ TEST_USER = "gpuperf-user"
 # "Real Slurm on the GPU machines"). Unset: apt installs them into / on Debian.
 SLURM_PREFIX = Path(os.environ.get("GPUPERF_SLURM_PREFIX") or "/")
 SLURM_DEBS = os.environ.get("GPUPERF_SLURM_DEBS", "")
+# Suite mode: GPUPERF_SLURM_SUITE=trixie (24.11) or sid (26.05), Slurm from a debootstrap root of that
+# Debian suite under build/ (suiteroot.py): prefix mode on that root, without LD_LIBRARY_PATH
+SLURM_SUITE = os.environ.get("GPUPERF_SLURM_SUITE", "")
+if SLURM_SUITE:
+    SLURM_PREFIX = suiteroot.root_dir(SLURM_SUITE)
 PREFIX_MODE = SLURM_PREFIX != Path("/")
-SBIN = SLURM_PREFIX / "usr" / "sbin"
-BIN = SLURM_PREFIX / "usr" / "bin"
+SBIN = suiteroot.bin_dir(SLURM_PREFIX) if SLURM_SUITE else SLURM_PREFIX / "usr" / "sbin"
+BIN = SBIN if SLURM_SUITE else SLURM_PREFIX / "usr" / "bin"
 # slurmd runs slurmstepd from the path it was built with, whatever its own path
 STEPD_LINK = Path("/usr/sbin/slurmstepd")
 GLOBAL_LOCK = Path("/tmp/gpuperf-slurm-setup.lock")
@@ -41,6 +52,8 @@ def can_run() -> str | None:
     """Why this machine cannot host the test cluster, or None when it can."""
     if os.geteuid() != 0:
         return "the Slurm test cluster needs root"
+    if SLURM_SUITE:
+        return None if suiteroot.ready(SLURM_PREFIX) or shutil.which("apt-get") else "no apt-get to make the suite's root"
     if PREFIX_MODE:
         if (SBIN / "slurmd-wlm").exists() or (SLURM_DEBS and list(Path(SLURM_DEBS).glob("slurmd_*.deb"))):
             return None
@@ -130,13 +143,15 @@ def sh(argv: Sequence[str], check: bool = True, timeout: float = 120, **kw) -> s
 
 def ensure_packages() -> bool:
     """Install the Debian packages that are missing; True when something was installed."""
-    if PREFIX_MODE:
+    if PREFIX_MODE and not SLURM_SUITE:
         return ensure_prefix()
     with locked(GLOBAL_LOCK):
-        missing = [p for p in PACKAGES if "install ok installed" not in
+        made = suiteroot.ensure(SLURM_SUITE, SLURM_PREFIX) if SLURM_SUITE else False
+        # a suite's root runs Slurm; munged and the MariaDB server are this machine's
+        missing = [p for p in (("munge", "mariadb-server") if SLURM_SUITE else PACKAGES) if "install ok installed" not in
                    sh(["dpkg-query", "-W", "-f=${Status}", p], check=False).stdout]
         if not missing:
-            return False
+            return made
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         sh(["apt-get", "update", "-q"], timeout=600, env=env)
         sh(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], timeout=900, env=env)
@@ -144,8 +159,9 @@ def ensure_packages() -> bool:
 
 
 def lib_dirs(prefix: Path = SLURM_PREFIX) -> list[str]:
-    """The unpacked packages' library directories (prefix mode; none for a Debian install)."""
-    if prefix == Path("/"):
+    """The unpacked packages' library directories (prefix mode; none for a Debian install, nor for a suite's
+    root, whose programs name their libraries themselves)."""
+    if prefix == Path("/") or SLURM_SUITE:
         return []
     return [str(prefix / d) for d in ("usr/lib/x86_64-linux-gnu/slurm-wlm", "usr/lib/x86_64-linux-gnu",
                                       "lib/x86_64-linux-gnu")]
@@ -179,7 +195,7 @@ def ensure_prefix(prefix: Path = SLURM_PREFIX, debs: str = SLURM_DEBS) -> bool:
 def ensure_stepd_link(prefix: Path = SLURM_PREFIX) -> None:
     """Prefix mode: link /usr/sbin/slurmstepd to the prefix's when the machine has none (slurmd runs it
     from its built-in path); ``remove_stepd_link`` takes it away."""
-    if PREFIX_MODE and not os.path.lexists(STEPD_LINK):
+    if PREFIX_MODE and not SLURM_SUITE and not os.path.lexists(STEPD_LINK):
         STEPD_LINK.symlink_to(prefix / "usr/sbin/slurmstepd-wlm")
 
 
@@ -207,12 +223,12 @@ def ensure_munge() -> None:
         run = Path("/run/munge")
         run.mkdir(parents=True, exist_ok=True)
         run.chmod(0o755)
-        if PREFIX_MODE:
+        if PREFIX_MODE and not SLURM_SUITE:
             _start_prefix_munged()
         else:
             mu = pwd.getpwnam("munge")
             os.chown(run, mu.pw_uid, mu.pw_gid)
-            sh(["runuser", "-u", "munge", "--", SBIN / "munged"])
+            sh(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
         wait_for(_munge_ok, 10, "munged to answer")
 
 

@@ -27,13 +27,15 @@ from typing import Any, Iterable, Sequence
 
 try:
     from . import slurmconf as sc
-    from .host import (BIN, MARKER, PREFIX_MODE, SBIN, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1,
+    from . import suiteroot
+    from .host import (BIN, MARKER, PREFIX_MODE, SBIN, SLURM_PREFIX, SLURM_SUITE, TEST_USER, ClusterError, can_run, can_run_multi, cgroup_v1,
                        cgroup_v2, enable_cgroup_v2, ensure_munge, ensure_packages, ensure_stepd_link, ensure_user,
                        lib_dirs, locked, marked, owned, plugin_dir, read_pid, remove_stepd_link, sh, terminate, timed,
                        wait_for, write_file)
 except ImportError:  # run as a script: python tests/cluster/slurmcluster.py
     import slurmconf as sc  # type: ignore[no-redef]
-    from host import (BIN, MARKER, PREFIX_MODE, SBIN, TEST_USER, ClusterError, can_run,  # type: ignore
+    import suiteroot  # type: ignore[no-redef]
+    from host import (BIN, MARKER, PREFIX_MODE, SBIN, SLURM_PREFIX, SLURM_SUITE, TEST_USER, ClusterError, can_run,  # type: ignore
                       can_run_multi, cgroup_v1, cgroup_v2, enable_cgroup_v2, ensure_munge, ensure_packages,
                       ensure_stepd_link, ensure_user, lib_dirs, locked, marked, owned, plugin_dir, read_pid, remove_stepd_link, sh,
                       terminate, timed, wait_for, write_file)
@@ -196,6 +198,8 @@ class SlurmCluster:
         for n in self.layout.nodes:
             if not running[f"slurmd-{n.name}"]:
                 argv = [str(SBIN / "slurmd"), "-N", n.name]
+                if SLURM_SUITE:
+                    argv = suiteroot.stepd_argv(SLURM_PREFIX, argv)
                 if n.netns:
                     argv = ["/usr/bin/nsenter", f"--net=/run/netns/{n.netns}", *argv]
                 self._start(argv, f"slurmd-{n.name}")
@@ -274,17 +278,21 @@ class SlurmCluster:
         for d in (l.db_dir, l.db_run):
             d.mkdir(parents=True, exist_ok=True)
             os.chown(d, uid, gid)
-        base = [f"--basedir={SLURM_BIN.parent}"] if PREFIX_MODE else []
+        # a suite's root: this machine's MariaDB server (the root's 11.8 server, run from there, failed
+        # slurmdbd 24.11's first query: "Number of columns in result (=1) exceeds maximum (=0)")
+        prefix = PREFIX_MODE and not SLURM_SUITE
+        sbin, bin_ = (SBIN, SLURM_BIN) if prefix else (Path("/usr/sbin"), Path("/usr/bin"))
+        base = [f"--basedir={SLURM_PREFIX / 'usr'}"] if prefix else []
         if not (l.db_dir / "mysql").is_dir():
-            sh([str(SLURM_BIN / "mariadb-install-db"), "--no-defaults", *base, f"--datadir={l.db_dir}", f"--user={user}",
+            sh([str(bin_ / "mariadb-install-db"), "--no-defaults", *base, f"--datadir={l.db_dir}", f"--user={user}",
                 "--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"], timeout=120,
                env=self._daemon_env())
-        if PREFIX_MODE:
-            base.append(f"--lc-messages-dir={SLURM_BIN.parent / 'share' / 'mysql'}")
+        if prefix:
+            base.append(f"--lc-messages-dir={SLURM_PREFIX / 'usr' / 'share' / 'mysql'}")
         (l.db_run / "mariadbd.pid").unlink(missing_ok=True)
         log = open(l.log_dir / "mariadb.log", "ab")
         # setsid -f: the server outlives this process and is nobody's zombie
-        subprocess.run(["/usr/bin/setsid", "-f", str(SBIN / "mariadbd"), "--no-defaults", *base, f"--datadir={l.db_dir}",
+        subprocess.run(["/usr/bin/setsid", "-f", str(sbin / "mariadbd"), "--no-defaults", *base, f"--datadir={l.db_dir}",
                         f"--socket={l.db_socket}", f"--pid-file={l.db_run / 'mariadbd.pid'}", "--skip-networking",
                         f"--user={user}", f"--log-error={l.log_dir / 'mariadb.log'}", "--innodb-buffer-pool-size=64M",
                         "--performance-schema=OFF", "--skip-name-resolve"],
