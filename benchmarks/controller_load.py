@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
 from gpuperf.model import series as series_mod  # noqa: E402
-from gpuperf.diagnosis import jobsummary as summary  # noqa: E402
+from gpuperf.diagnosis import jobsummary as summary, phases  # noqa: E402
 from gpuperf.controller import transport  # noqa: E402
 from gpuperf.report import fromrecording  # noqa: E402
 from report_fixtures import aggregates, context  # noqa: E402
@@ -73,10 +73,10 @@ def template(points: int) -> dict:
     t = [1_700_000_000.0 + i * 7.2 for i in range(points)]
     top = {"power_w": 700.0, "nvlink_tx_bps": 5e10, "nvlink_rx_bps": 5e10}
 
-    def walk() -> list[float]:
+    def walk(n: int = points) -> list[float]:
         # GPU metrics move in steps and plateaus, not white noise: a bounded random walk
         v, out = rng.uniform(0.2, 0.8), []
-        for _ in t:
+        for _ in range(n):
             v = min(max(v + rng.gauss(0, 0.05), 0.0), 1.0)
             out.append(v)
         return out
@@ -84,6 +84,11 @@ def template(points: int) -> dict:
     daemon = {str(g): {"t": t, **{f: [x * top.get(f, 100.0) for x in walk()] for f in series_mod.FIELDS}}
               for g in range(8)}
     s["series"] = series_mod.compact(daemon, points)
+    # and the coarse series of its phases, as a node sends them since issue 35 (deliver.write: phase_series)
+    tp = t[:: max(1, len(t) // phases.SERIES_POINTS)][: phases.SERIES_POINTS] or [1_700_000_000.0]
+    top.update(sm_clock_mhz=1980.0, pcie_tx_bps=2e10, pcie_rx_bps=2e10)
+    s[summary.PHASE_SERIES] = phases.compact({str(g): {"t": tp, **{f: [x * top.get(f, 100.0) for x in walk(len(tp))]
+                                                                      for f in phases.SERIES_FIELDS}} for g in range(8)})
     return s
 
 

@@ -15,7 +15,7 @@ import sqlite3
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gpuperf.files import jsoncodec, statefiles
 from gpuperf.model import admincomment
@@ -127,15 +127,15 @@ class ClusterStore:
         if commit:
             self.db.commit()
 
-    def node_summaries(self, job_id: int, drop: tuple[str, ...] = ()) -> dict[str, dict]:
-        """node -> summary of every node that reported for a job; ``drop``: members left out of each as it is
-        read (a merge of thousands of nodes holds only what it joins)."""
+    def node_summaries(self, job_id: int, trim: Callable[[str, dict], Any] | None = None) -> dict[str, dict]:
+        """node -> summary of every node that reported for a job; ``trim(node, summary)`` takes out what the
+        caller does not need as each is read (a merge of thousands of nodes holds only what it joins)."""
         rows = self.db.execute("SELECT node, summary FROM node_summaries WHERE job_id=?", (int(job_id),))
         out = {}
         for node, blob in rows:
             s = _unpack(blob)
-            for k in drop:
-                s.pop(k, None)
+            if trim is not None:
+                trim(node, s)
             out[node] = s
         return out
 

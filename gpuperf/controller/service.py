@@ -176,7 +176,7 @@ class Service:
         if len(mine) == len(nodes):
             return {n: {k: v for k, v in s.items() if k not in drop} for n, s in mine.items()} if drop else mine
         # a node not seen parsed (sent before a restart, evicted, or not in the notice's list): read the store
-        return self.store.node_summaries(job_id, drop=drop)
+        return self.store.node_summaries(job_id, trim=mergework.trim_for(nodes) if drop else None)
 
     def _merge_empty(self, jobs: list, now: float) -> None:
         """No node reported: a job without GPUs is skipped, one with GPUs merged as partial (one sacct call)."""

@@ -65,7 +65,7 @@ LABEL = f"estimate: activity x its kind's dense peak at the clock run, ±{ERROR_
 def _kind_rate(g: dict, spec: gpuspecs.GpuSpec, kind: str, clk: float | None) -> tuple[float | None, float | None]:
     """(activity %, rate) of one kind on one GPU; rate None where the model has no such peak."""
     keys, peak_attr, mhz_attr, _ = KINDS[kind]
-    vals = [num(g.get(k)) for k in keys if num(g.get(k)) is not None]
+    vals = [v for v in (num(g.get(k)) for k in keys) if v is not None]
     if not vals:
         return None, None
     act = max(vals)
@@ -83,8 +83,9 @@ def by_kind(g: dict) -> bool:
 def gpu_estimate(g: dict, spec: gpuspecs.GpuSpec) -> dict[str, Any]:
     """One GPU's estimated rate per kind, the busiest FLOP rate (``tflops``) and DRAM GB/s."""
     clk = num(g.get("sm_clock_mhz"))
-    kinds = [k for k in KINDS if k != "tensor"] if by_kind(g) else ["tensor", "fp16", "fp32", "fp64", "int"]
-    out: dict[str, Any] = {"by_kind": by_kind(g)}
+    measured = by_kind(g)     # once: the controller runs this over every GPU of a job of thousands of nodes
+    kinds = [k for k in KINDS if k != "tensor"] if measured else ["tensor", "fp16", "fp32", "fp64", "int"]
+    out: dict[str, Any] = {"by_kind": measured}
     for k in KINDS:
         act, r = _kind_rate(g, spec, k, clk) if k in kinds else (None, None)
         out[f"{k}_act"], out[f"{k}_rate"] = act, r
