@@ -358,3 +358,34 @@ def _expand_item(item: str) -> list[str]:
         for n in nums:
             out += [head + n + rest for rest in _expand_item(tail)] if "[" in tail else [head + n + tail]
     return out
+
+
+def sacct_json_release(doc: dict) -> str | None:
+    """The Slurm release that wrote a ``sacct --json`` document ('22.05.8'), from its ``meta``: 22.05 names
+    it ``Slurm`` with integer parts, 24.11 and 26.05 ``slurm`` with strings (tests/data/slurm/*)."""
+    meta = doc.get("meta") if isinstance(doc, dict) else None
+    v = ((meta or {}).get("slurm") or (meta or {}).get("Slurm") or {}).get("version") or {}
+    try:
+        return f"{int(v['major'])}.{int(v['minor']):02d}.{int(v['micro'])}"
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def parse_sacct_json(doc: dict) -> dict[int, dict[str, object]]:
+    """job id -> ``{"admin_comment": str, "tres": {type or type/name: count}}`` of a ``sacct --json`` document
+    of any release met (schemas dbv0.0.38 in 22.05, data_parser v0.0.42 in 24.11, v0.0.45 in 26.05): the
+    fields gpuperf reads sit at the same paths in each; an empty name is None in 22.05 and '' later."""
+    out: dict[int, dict[str, object]] = {}
+    for job in doc.get("jobs") or [] if isinstance(doc, dict) else []:
+        try:
+            job_id = int(job["job_id"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        comment = (job.get("comment") or {}).get("administrator") or ""
+        tres = {}
+        for t in ((job.get("tres") or {}).get("allocated") or []):
+            key = f"{t.get('type')}/{t['name']}" if t.get("name") else str(t.get("type"))
+            if isinstance(t.get("count"), int):
+                tres[key] = t["count"]
+        out[job_id] = {"admin_comment": comment, "tres": tres}
+    return out

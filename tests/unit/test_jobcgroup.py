@@ -83,22 +83,24 @@ def test_host_aggregate_takes_the_larger_and_keeps_the_last_reading():
 
 # one path per layout: recorded on the releases at hand (tests/data/cgroups/README.md), and 26.05's v2 form
 DATA = Path(__file__).resolve().parents[1] / "data" / "cgroups"
-SLUID_V2 = "0::/system.slice/n1_slurmstepd.scope/S0V8ZQ3C2N4H1T/step_batch/user/task_0\n"
+SLUID_V2 = "0::/system.slice/n1_slurmstepd.scope/s585M8F56AJ000/step_batch/user/task_0\n"
 
 
 def test_the_job_level_of_every_recorded_layout_and_of_26_05s_sluid_directory():
     want = {"slurm-22.05-v1-batch.cgroup": ("/slurm_slurm37n1/uid_0/job_2550021", None),
-            "slurm-22.05-v2-step.cgroup": (None, "/system.slice/gpu1_slurmstepd.scope/job_1")}
+            "slurm-22.05-v2-step.cgroup": (None, "/system.slice/gpu1_slurmstepd.scope/job_1"),
+            "slurm-24.11-v1-batch.cgroup": ("/slurm_slurm37tn1/uid_0/job_5609026", None),
+            "slurm-26.05-v1-batch.cgroup": ("/slurm_slurm37sn1/uid_0/job_6604000", None)}
     for name, (v1, v2) in want.items():
         got_v1, got_v2 = jobcgroup.cpu_cgroup_lines((DATA / name).read_text())
         assert (jobcgroup.job_level(got_v1), jobcgroup.job_level(got_v2) if v2 else v2) == (v1, v2), name
     # 26.05: the job's directory is its SLUID, no job_ prefix (26.05.5's cgroup_v2.so); the step's parent is the job
     assert jobcgroup.job_level(jobcgroup.cpu_cgroup_lines(SLUID_V2)[1]) == \
-        "/system.slice/n1_slurmstepd.scope/S0V8ZQ3C2N4H1T"
-    assert jobcgroup.job_level("/system.slice/slurmstepd.scope/S0V8ZQ3C2N4H1T/step_extern/slurm") == \
-        "/system.slice/slurmstepd.scope/S0V8ZQ3C2N4H1T"
+        "/system.slice/n1_slurmstepd.scope/s585M8F56AJ000"
+    assert jobcgroup.job_level("/system.slice/slurmstepd.scope/s585M8F56AJ000/step_extern/slurm") == \
+        "/system.slice/slurmstepd.scope/s585M8F56AJ000"
 
 
 def test_a_sluid_named_job_is_located_and_counted(tmp_path):
-    d = _mk(tmp_path, "system.slice/n1_slurmstepd.scope/S0V8ZQ3C2N4H1T", "cpu.stat", "usage_usec 2000000\n")
+    d = _mk(tmp_path, "system.slice/n1_slurmstepd.scope/s585M8F56AJ000", "cpu.stat", "usage_usec 2000000\n")
     assert jobcgroup.locate(SLUID_V2, str(tmp_path)) == str(d) and jobcgroup.read_cpu_s(str(d)) == 2.0

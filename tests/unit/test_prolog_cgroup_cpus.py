@@ -15,7 +15,7 @@ from gpuperf.hookbase.hook import HookState
 from gpuperf.prolog import affinityplan
 from test_affinity import _cfg, numa_cpus, topo
 
-SLUID = "S0V8ZQ3C2N4H1T"
+SLUID = "s585M8F56AJ000"
 LAYOUTS = {
     "v1": f"cpuset/slurm_n1/uid_{os.getuid()}/job_77/cpuset.effective_cpus",
     "v2": "system.slice/n1_slurmstepd.scope/job_77/cpuset.cpus.effective",
