@@ -39,7 +39,13 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
     if isinstance(out.get("diagnosis"), dict):
         return out
     out["estimates"], roof = estimates(out["gpus"])
-    out["diagnosis"] = diagnose(out, phase_series(node_summaries), thresholds=thresholds, roof=roof).to_dict()
+    series = phase_series(node_summaries)
+    out["diagnosis"] = diagnose(out, series, thresholds=thresholds, roof=roof).to_dict()
+    sent = len({k.rsplit(":", 1)[0] for k in series or {}})
+    if 0 < sent < len(out.get("nodes") or []):
+        # a large job's merge reads a spread of its nodes' series (controller.mergework.trim_for): said, not hidden
+        out["diagnosis"]["notes"].append(f"phases from the series of {sent} of the job's {len(out['nodes'])} nodes, "
+                                         "spread evenly over them")
     return out
 
 

@@ -211,3 +211,23 @@ def test_the_daemon_keeps_a_finished_jobs_judgement_and_serves_it_to_its_owner_a
     _daemon(monkeypatch, store, cfg)
     served = client.request(cfg, "job", {"job_id": 9})["summary"]
     assert story(served) == story(written) and "phase_series" not in served and "series" not in served
+
+
+def test_a_job_of_many_nodes_is_judged_from_a_spread_of_its_nodes_series_and_says_so(tmp_path):
+    from gpuperf.controller import mergework
+
+    cfg = _cfg(tmp_path, "n1")
+    one, _ = _node(cfg, tmp_path, str(HERE / "phases-h100-80gb-hbm3.jsonl.gz"), 11, "n1")
+    nodes = [f"gpu{i:04d}" for i in range(300)]
+    with clusterstore.ClusterStore(clusterstore.default_path(cfg)) as st:
+        for n in nodes:
+            st.put_node_summary(dict(json.loads(json.dumps(one)), nodes=[n], gpus=[dict(g, node=n) for g in one["gpus"]]),
+                                commit=False)
+        st.db.commit()
+        parts = st.node_summaries(11, trim=mergework.trim_for(nodes))
+    sent = sum("phase_series" in s for s in parts.values())
+    assert 0 < sent < len(nodes)
+    merged = merge.merge_job(parts, nodes, {"job_id": 11, "user": "owner", "uid": OWNER}, one["end"])
+    assert [(p["class"], p["share_pct"]) for p in merged["diagnosis"]["phases"]] == \
+        [(p["class"], p["share_pct"]) for p in one["diagnosis"]["phases"]]
+    assert any(f"{sent} of the job's {len(nodes)} nodes" in n for n in merged["diagnosis"]["notes"])
