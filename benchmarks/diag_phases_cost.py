@@ -3,8 +3,9 @@
     PYTHONPATH=. python benchmarks/diag_phases_cost.py [--out benchmarks/results/diag_phases_cost.md]
 
 The series is the phases recording (input-bound, then compute) replayed on 8 GPUs: for N=24 (what the
-daemon's finalize reply carries) one pass averaged into 24 points; for 500 and 2000 (what `gpuperf report
---html` reads) the recording looped, so input and compute alternate every ~20 s and the job is one mixed phase.
+daemon handed the diagnosis before issue 35) one pass averaged into 24 points, for N=120 (``phases.SERIES_POINTS``,
+what it hands now) the first 120 sweeps of the recording looped; for 500 and 2000 (what `gpuperf report
+--html` reads) the recording looped, so input and compute alternate every ~20 s.
 Prints the median of repeated calls (process CPU time) and the phases found.
 """
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     lines = ["| points per GPU (8 GPUs) | diagnose() without series, ms | with series (phases), ms | phases |",
              "|---|---|---|---|"]
-    for n in (24, 500, 2000):
+    for n in (24, 120, 500, 2000):
         s, ser = series_of(n)
         times = {}
         for label, arg in (("plain", None), ("series", ser)):

@@ -5,8 +5,9 @@ sampled, or most of it under a profiler (``no_data``; ``profiler.py``); allocate
 (``unused_gpus``, with the class of the GPUs that worked); then the rules in ``classify.py`` on the
 working GPUs. Findings (tensor cores unused, SMs
 underfilled, host copies) and the distance to the roofline stand beside the class; a series splits the
-job into phases, and then the class is that of its longest working phase (start-up and an idle tail
-are phases, never the class of a job that worked), so the class never contradicts the phases.
+job into phases, and then the class is that with the most GPU-hours over its working phases (start-up and an
+idle tail are phases, never the class of a job that worked), so the class never contradicts the phases; a short
+job that never reached its GPU work is ``startup`` for all of it (``_never_worked``).
 Thresholds come from ``[report] thresholds`` in the config (``thresholds.py`` says why each is what it is).
 ``jobsummary`` gives the whole summary: the job model's figures with their estimates and this diagnosis.
 """
@@ -97,9 +98,11 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         burst = _bursts(series, th)
         if burst:
             d.evidence.append(burst)
-        d.phases = phases.segment(series, th, s.pcie_link_gbps)
+        found = phases.analyse(series, th, s.pcie_link_gbps)
+        d.phases = phases.segment(series, th, found=found)
         cls = _from_phases(d, cls)
-        _working_roof(d, phases.working_factors(series, th, s.pcie_link_gbps))
+        _working_roof(d, phases.working_factors(series, th, found=found))
+    _never_worked(d, s, summary, th)
     d.notes = prof_notes + _notes(s, summary, th, d.cls, d.roofline)
     if d.roofline is not None and spec is not None:
         line = _roof_line(d.busy_class or d.cls, d.roofline, spec)
@@ -118,25 +121,56 @@ _JOB_ONLY = ("no_data", "throttled", "communication_bound", "busy_unprofiled")
 
 
 def _from_phases(d: Diagnosis, cls: str) -> str:
-    """The class of the longest working phase when the job's means (diluted by start-up, idle tails or a
-    minority phase) say otherwise; the evidence says so. Returns the class the working GPUs get."""
+    """The class with the most GPU-hours over the working phases (summed over its phases: training stretches
+    between evaluations) when the job's means (diluted by start-up, idle tails or a minority phase) say otherwise;
+    the evidence says so. Returns the class the working GPUs get."""
     work = [p for p in d.phases if p.get("work") and p["class"] not in PHASE_ONLY]
     if not work or cls in _JOB_ONLY:
         return cls
-    main = max(work, key=lambda p: p["share_pct"])
-    if main["class"] == cls:
+    shares: dict[str, float] = {}
+    for p in work:
+        shares[p["class"]] = shares.get(p["class"], 0.0) + p["share_pct"]
+    main = max(shares, key=lambda c: shares[c])
+    if main == cls or main in _JOB_ONLY:
         return cls
-    if main["class"] in _JOB_ONLY:
-        return cls
-    note = (f"class from the longest working phase ({main['class']}, {main['share_pct']:.0f}% of the GPU-hours): "
-            f"the job-wide means read {cls}, diluted by the other phases ("
-            + ", ".join(f"{p['class']} {p['share_pct']:.0f}%" for p in d.phases if p is not main) + ")")
+    n = sum(p["class"] == main for p in work)
+    others: dict[str, float] = {}
+    for p in d.phases:
+        if p["class"] != main:
+            others[p["class"]] = others.get(p["class"], 0.0) + p["share_pct"]
+    note = (f"class from the working phases ({main}, {shares[main]:.0f}% of the GPU-hours"
+            + (f" in {n} stretches" if n > 1 else "") + f"): the job-wide means read {cls}, diluted by the other "
+            "phases (" + ", ".join(f"{c} {v:.0f}%" for c, v in others.items()) + ")")
     if d.cls == "unused_gpus":
-        d.busy_class = main["class"]
+        d.busy_class = main
     else:
-        d.cls = main["class"]
+        d.cls = main
     d.evidence.insert(0 if d.cls != "unused_gpus" else 1, note)
-    return main["class"]
+    return main
+
+
+# a job that held more GPU memory than a CUDA context's own (~0.5 GiB on H100) put data or a model there
+STARTUP_MEM_MIB = 1024.0
+
+
+def _never_worked(d: Diagnosis, s: Signals, summary: dict, th: dict[str, float]) -> None:
+    """A job that never reached its GPU work is in start-up for all of it (imports, model build, compilation, data
+    loading), not idle: no GPU work, its host CPUs busy, GPU memory held past a context's. In place."""
+    busy = s.sm if s.sm is not None else s.util
+    mem = num((summary.get("job") or {}).get("mem_peak_mib"))
+    if d.cls not in ("idle", "input_bound") or busy is None or busy >= th["idle_util_pct"] or any(
+            p.get("work") for p in d.phases):
+        return
+    if s.cpu_eff is None or s.cpu_eff < th["input_host_cpu_pct"] or mem is None or mem < STARTUP_MEM_MIB:
+        return
+    wall = num(summary.get("wall_s"))
+    if wall is None or wall > th["startup_max_s"]:
+        return
+    d.cls, d.phases = "startup", []
+    d.evidence.insert(0, f"start-up for all {wall:.0f} s")
+    d.evidence.insert(1, f"no GPU work (SM active {pct(s.sm)}, utilization {pct(s.util)}) while the host's CPUs were "
+                         f"{pct(s.cpu_eff)} busy and {mem / 1024:.1f} GiB of GPU memory were held: the job was still "
+                         "starting (imports, model build, JIT compilation, data loading, NCCL init) when it ended")
 
 
 def _working_roof(d: Diagnosis, factors: dict[str, float] | None = None) -> None:

@@ -176,6 +176,12 @@ def _by_class(cls: str, s: Signals, spec: gpuspecs.GpuSpec | None, roof: dict[st
     if cls == "unused_gpus":
         return ["request only the GPUs the job uses (--gres=gpu:N), or make the program use all of them "
                 "(torchrun --nproc-per-node, DistributedDataParallel)"]
+    if cls == "startup":
+        return ["the job ended before its GPU work began: if it was meant to reach it, give it a longer --time, or time "
+                "its start-up (imports, model build, compilation, data loading) to find what it waits on (py-spy dump "
+                "of the running process shows where it is)",
+                "keep what every run rebuilds: a persistent cache of compiled kernels, the pre-processed data on "
+                "node-local storage"]
     if cls == "idle":
         return ["request only the GPUs the job uses (--gres=gpu:N), or none for CPU-only work",
                 "check the program sees and uses CUDA (torch.cuda.is_available(), device placement)",

@@ -1,11 +1,18 @@
-"""A time-segmented diagnosis: a job whose behaviour changes gets up to MAX_PHASES phases, each with its
-share of GPU-hours and its class, from the daemon's series (1-minute means once full resolution ages out).
+"""A time-segmented diagnosis: a job whose behaviour changes gets its phases (at most MAX_PHASES), each with
+its share of GPU-hours, its class and its rate, from the daemon's series (1-minute means once full resolution
+ages out).
 
-Cost is bounded: the series is cut into at most BUCKETS equal stretches, each classified from its
-means with the job-wide rules, and neighbours are merged; linear in the points read. Stretches with
-no GPU work before the first working one are ``startup`` (imports, CUDA context, JIT compilation,
-data loading), and after the last working one ``idle_tail``: named, never the job's class. So is the
-ramp into the first working phase (``RAMP_POINTS``): a stretch too short to hold a level of its own.
+Resolution: the series has SERIES_POINTS points per GPU over the job, whatever its length, and is cut into as many
+equal stretches (BUCKETS), each classified from its means with the job-wide rules; neighbours of one class are
+joined, and a stretch under the phase floor (``phase_min_share_pct`` of the GPU-hours, and MIN_POINTS points per
+GPU: one or two points are noise, not a phase) joins its larger neighbour and the pair is judged again. So a phase
+of 5% of a job is found from a one-minute job (60 samples at 1 s) to one of several days (1-minute means). Cost is
+bounded: linear in the points read, and each join adds the two stretches' sums (never re-reads their points).
+Stretches with no GPU work before the first working one are ``startup`` (imports, CUDA context, JIT
+compilation, data loading), after the last working one ``idle_tail``, and between working ones ``idle`` with
+what such a pause is (a checkpoint, an evaluation on the host): named, never the job's class. So is the ramp
+into the first working phase (``RAMP_POINTS``): a stretch too short to hold a level of its own. A class that
+comes back (an evaluation every two hours between training stretches) says how often (``recurs``).
 """
 
 from __future__ import annotations
@@ -16,15 +23,14 @@ from gpuperf.diagnosis.classify import classify
 from gpuperf.diagnosis.signals import Signals, balance, num
 from gpuperf.diagnosis.thresholds import PHASE_ONLY
 
-BUCKETS = 12        # stretches the job is cut into: a 12-hour job's are an hour, a minute's 5 s
-MAX_PHASES = 4      # more than a few phases is a timeline, which the report's charts already show
-# The ramp: a first working stretch of at most two points of the series per GPU, busy less than half the level
-# of the working stretch after it, is start-up. A point is a mean over its interval, so the ramp from nothing to
-# the work's level is at most two points: the last one before the work (idle, or the process's own start) and
-# the one the work began in (busy part of its interval). Their mean is at most half the level the work then
-# holds (0 and at most the level, averaged): a blend of nothing and the work, whose class says nothing about
-# the job (an idle point and a busy one read "GPU utilization 50%": input- or launch-bound). A longer stretch,
-# or one at half the level or more, holds a behaviour of its own and keeps its class.
+# what the daemon hands the diagnosis per GPU (``SERIES_POINTS``): 1/120 of the job a point, so a phase of 5% holds
+# 6 (a 12-hour job's points are 6 minutes, a 3-minute job's 1.5 s, a one-minute job's every 1 s sample). 8 GPUs x 120
+# points x 19 lists are ~90 KB of JSON (phases.compact's 0.1 rounding): far inside the daemon's 1 MiB replies and the
+# node summary's bounds (benchmarks/diag_phases_cost.py measures the diagnosis over them)
+SERIES_POINTS = 120
+BUCKETS = SERIES_POINTS  # stretches the job is cut into: one point per GPU each when the series is full
+MAX_PHASES = 16     # a 12-hour job with an evaluation every 2 hours has 13 (start-up, 6 x training + evaluation)
+MIN_POINTS = 3      # a phase holds at least this many points per GPU (a 5% phase of a one-minute job holds 3)
 RAMP_POINTS = 2
 RAMP_LEVEL = 0.5
 _FIELDS = ("util_gpu_pct", "sm_active_pct", "tensor_active_pct", "dram_active_pct")
@@ -34,9 +40,6 @@ _PIPES = ("fp16_active_pct", "fp32_active_pct", "fp64_active_pct", "int_active_p
 # the SM clock, so the working phases' rates are priced at the clock they ran at (an idle GPU clocks down
 # without a CUDA context and up with one, so the job's mean clock is not the work's)
 _CLOCK = ("sm_clock_mhz",)
-# what the daemon hands the epilog with a finished job's aggregates: 8 GPUs x 24 points x 18 lists
-# (about 21 KB as JSON) stay inside the daemon protocol's 64 KiB reply (docs/CONTRACTS.md)
-SERIES_POINTS = 24
 _LINKS = ("nvlink_tx_bps", "nvlink_rx_bps", "pcie_tx_bps", "pcie_rx_bps")
 SERIES_FIELDS = _FIELDS + _LINKS + _PIPES + _CLOCK
 _BUSY, _BUSY_CLOCK = "busy", "busy_clock"     # bucket sums of SM activity and of SM activity x clock
@@ -48,46 +51,95 @@ def compact(series: dict) -> dict:
             for gpu, ser in series.items() if isinstance(ser, dict)}
 
 
-def segment(series: dict, th: dict[str, float], link_gbps: float | None = None) -> list[dict[str, Any]]:
-    """Phases of the job: [{"start", "end", "share_pct", "gpu_hours", "class", "evidence", "work"}]; [] when one
-    phase. ``work``: the stretch did GPU work (not start-up, an idle tail or idle).
+def analyse(series: dict, th: dict[str, float], link_gbps: float | None = None) -> tuple[list[dict[str, Any]], float]:
+    """The job's stretches, found once for ``segment``, ``working_factors`` and ``rates`` (their ``found``)."""
+    return _phases(series, th, link_gbps)
 
-    ``link_gbps``: one direction's raw rate of the GPUs' PCIe link (for stretches of host<->device copies)."""
-    runs, total = _phases(series, th, link_gbps)
+
+def segment(series: dict, th: dict[str, float], link_gbps: float | None = None,
+            found: tuple[list[dict[str, Any]], float] | None = None) -> list[dict[str, Any]]:
+    """Phases of the job: [{"start", "end", "share_pct", "gpu_hours", "class", "evidence", "work"}, with
+    ``recurs`` {"times", "every_s", "each_s"} on a class that comes back]; [] when one phase. ``work``: the stretch
+    did GPU work (not start-up, an idle tail or idle).
+
+    ``link_gbps``: one direction's raw rate of the GPUs' PCIe link (for stretches of host<->device copies);
+    ``found``: ``analyse``'s result for the same series, when the caller has it."""
+    runs, total = found if found is not None else _phases(series, th, link_gbps)
     if len(runs) < 2:
         return []
-    return [{"start": round(r["start"], 1), "end": round(r["end"], 1), "share_pct": round(100.0 * r["gpu_s"] / total, 1),
-             "gpu_hours": round(r["gpu_s"] / 3600.0, 4), "class": r["class"], "evidence": r["evidence"][0],
-             "work": _works(r, th)}
-            for r in runs]
+    out = [{"start": round(r["start"], 1), "end": round(r["end"], 1), "share_pct": round(100.0 * r["gpu_s"] / total, 1),
+            "gpu_hours": round(r["gpu_s"] / 3600.0, 4), "class": r["class"], "evidence": r["evidence"][0],
+            "work": _works(r, th)}
+           for r in runs]
+    _recurs(out)
+    return out
 
 
-def working_factors(series: dict, th: dict[str, float], link_gbps: float | None = None) -> dict[str, float]:
+def _recurs(phases: list[dict[str, Any]]) -> None:
+    """Mark each class met in two or more separate phases between the first and last working ones (an evaluation
+    or checkpoint every so often between training stretches) with how often: in place."""
+    by: dict[str, list[dict]] = {}
+    for p in phases:
+        if p["class"] not in PHASE_ONLY:
+            by.setdefault(p["class"], []).append(p)
+    for cls, ps in by.items():
+        if len(ps) < 2:
+            continue
+        every = (ps[-1]["start"] - ps[0]["start"]) / (len(ps) - 1)
+        each = sum(p["end"] - p["start"] for p in ps) / len(ps)
+        for p in ps:
+            p["recurs"] = {"times": len(ps), "every_s": round(every, 1), "each_s": round(each, 1)}
+
+
+def working_factors(series: dict, th: dict[str, float], link_gbps: float | None = None,
+                    found: tuple[list[dict[str, Any]], float] | None = None) -> dict[str, float]:
     """{series field: its mean over the working phases / its mean over the whole series}, for the fields with a
     mean above zero ({} when the job is one phase): what a job-wide mean is multiplied by to be the working phases'
     own (start-up, the ramp into the work and an idle tail did part of it, not none). The SM clock's is its mean
     weighted by SM activity over the working phases, over its job-wide mean: the clock the work ran at."""
-    runs, _ = _phases(series, th, link_gbps)
+    runs, _ = found if found is not None else _phases(series, th, link_gbps)
     if len(runs) < 2:
         return {}
-    every = [b for r in runs for b in r["buckets"]]
-    work = [b for r in runs if _works(r, th) for b in r["buckets"]]
+    every = _sum([r["agg"] for r in runs])
+    work = [r["agg"] for r in runs if _works(r, th)]
+    if not work:
+        return {}
+    part = _sum(work)
     out = {}
     for f in SERIES_FIELDS:
-        whole, part = _mean(every, f), _mean(work, f)
-        if whole and part is not None:
-            out[f] = part / whole
+        whole, mine = _mean(every, f), _mean(part, f)
+        if whole and mine is not None:
+            out[f] = mine / whole
     # the SM clock's: the working phases' clock weighted by SM activity (a rate is activity x clock, so the clock of
     # an idle point in a working phase counts for nothing) over the job's mean clock
-    busy = sum(b["sum"].get(_BUSY, 0.0) for b in work)
+    busy = part["sum"].get(_BUSY, 0.0)
     if busy > 0 and out.get("sm_clock_mhz"):
-        out["sm_clock_mhz"] = sum(b["sum"].get(_BUSY_CLOCK, 0.0) for b in work) / busy / _mean(every, "sm_clock_mhz")
+        out["sm_clock_mhz"] = part["sum"].get(_BUSY_CLOCK, 0.0) / busy / _mean(every, "sm_clock_mhz")
     return out
 
 
-def _mean(buckets: list[dict], f: str) -> float | None:
-    c = sum(b["cnt"].get(f, 0) for b in buckets)
-    return sum(b["sum"].get(f, 0.0) for b in buckets) / c if c else None
+def rates(series: dict, th: dict[str, float], link_gbps: float | None = None,
+          found: tuple[list[dict[str, Any]], float] | None = None) -> list[dict[str, Any]]:
+    """Each working phase's means of the series' fields (``{"start", "end", "class", "means": {field: mean}}``):
+    what the phase's own rates are priced from ([] when the job is one phase)."""
+    runs, _ = found if found is not None else _phases(series, th, link_gbps)
+    if len(runs) < 2:
+        return []
+    out = []
+    for r in runs:
+        if _works(r, th):
+            means = {f: _mean(r["agg"], f) for f in SERIES_FIELDS}
+            busy = r["agg"]["sum"].get(_BUSY, 0.0)
+            if busy > 0:
+                means["sm_clock_mhz"] = r["agg"]["sum"].get(_BUSY_CLOCK, 0.0) / busy
+            out.append({"start": r["start"], "end": r["end"], "class": r["class"],
+                        "means": {k: v for k, v in means.items() if v is not None}})
+    return out
+
+
+def _mean(agg: dict, f: str) -> float | None:
+    c = agg["cnt"].get(f, 0)
+    return agg["sum"].get(f, 0.0) / c if c else None
 
 
 def _works(run: dict, th: dict[str, float]) -> bool:
@@ -103,35 +155,41 @@ def _phases(series: dict, th: dict[str, float], link_gbps: float | None) -> tupl
     t0, t1 = min(p[0] for p in points), max(p[0] for p in points)
     if t1 <= t0:
         return [], 1.0
-    width = (t1 - t0) / BUCKETS
+    # buckets centred on an even grid from the first point to the last, so a series of BUCKETS points (the daemon's:
+    # each point a mean over its interval, at its middle) gives each point a bucket of its own
+    width = (t1 - t0) / (BUCKETS - 1)
     buckets = [_empty() for _ in range(BUCKETS)]
+    idle_bar = th["idle_util_pct"]
     for gpu, ser in series.items():
         if not isinstance(ser, dict):
             continue
-        ts = ser.get("t") or []
-        for i, t in enumerate(ts):
-            t = num(t)
-            if t is None:
-                continue
-            b = buckets[min(BUCKETS - 1, int((t - t0) / width))]
-            b["gpus"].add(gpu)
-            b["n"] += 1
-            for f in SERIES_FIELDS:
-                v = _at(ser, f, i)
-                if v is not None:
+        # each point's bucket once, then field by field (the inner loop is the cost: 8 GPUs x 120 points x 17 fields)
+        where = [None if (t := num(x)) is None else buckets[min(BUCKETS - 1, int((t - t0) / width + 0.5))]
+                 for x in ser.get("t") or []]
+        for b in where:
+            if b is not None:
+                b["gpus"].add(gpu)
+                b["n"] += 1
+        for f in SERIES_FIELDS:
+            for b, v in zip(where, ser.get(f) or []):
+                if b is not None and type(v) in (float, int):
                     b["sum"][f] = b["sum"].get(f, 0.0) + v
                     b["cnt"][f] = b["cnt"].get(f, 0) + 1
-            u, sm = _at(ser, "util_gpu_pct", i), _at(ser, "sm_active_pct", i)
-            clk, busy = _at(ser, "sm_clock_mhz", i), sm if sm is not None else u
+        n = len(where)
+        util, sms, clks = (_col(ser, k, n) for k in ("util_gpu_pct", "sm_active_pct", "sm_clock_mhz"))
+        for b, u, sm, clk in zip(where, util, sms, clks):
+            if b is None:
+                continue
+            busy = sm if sm is not None else u
             if clk is not None and busy is not None:
                 # the clock weighted by how busy the SMs were: the clock the work ran at
                 b["sum"][_BUSY_CLOCK] = b["sum"].get(_BUSY_CLOCK, 0.0) + clk * busy
                 b["sum"][_BUSY] = b["sum"].get(_BUSY, 0.0) + busy
             # no kernel: utilization says none and SM activity (which sees short kernels) agrees
-            if (u is not None and u < th["idle_util_pct"]) and (sm is None or sm < th["idle_util_pct"]):
+            if (u is not None and u < idle_bar) and (sm is None or sm < idle_bar):
                 b["idle"] += 1
     for k, b in enumerate(buckets):
-        b["start"], b["end"] = t0 + k * width, t0 + (k + 1) * width
+        b["start"], b["end"] = t0 + (k - 0.5) * width, t0 + (k + 0.5) * width
         b["gpu_s"] = width * len(b["gpus"])
     runs = [_run([b], th, link_gbps) for b in buckets if b["n"]]
     runs = _merge_same(runs, th)
@@ -147,18 +205,31 @@ def _phases(series: dict, th: dict[str, float], link_gbps: float | None) -> tupl
     return _name_ends(runs, th), total
 
 
+def _small(run: dict, th: dict[str, float], total: float, min_points: float) -> bool:
+    """Under the phase floor: a share of the GPU-hours under ``phase_min_share_pct`` or fewer than ``min_points``
+    points per GPU."""
+    return 100.0 * run["gpu_s"] / total < th["phase_min_share_pct"] or run["points"] < min_points
+
+
 def _merge_small(runs: list[dict], th: dict[str, float], link_gbps: float | None, total: float,
                  cap: int) -> list[dict]:
     """The stretches with the smallest joined to a neighbour until at most ``cap`` remain, none under the floor."""
+    # MIN_POINTS, or the floor's share of the points of a series shorter than 1/floor of MIN_POINTS (a 12-point
+    # series' phase of 2 points is a sixth of the job)
+    min_points = min(MIN_POINTS, sum(r["points"] for r in runs) * th["phase_min_share_pct"] / 100.0)
     while len(runs) > 1:
         small = min(range(len(runs)), key=lambda i: runs[i]["gpu_s"])
-        if len(runs) <= cap and 100.0 * runs[small]["gpu_s"] / total >= th["phase_min_share_pct"]:
-            break
+        if len(runs) <= cap and not _small(runs[small], th, total, min_points):
+            # the smallest is a phase; a shorter one by points (fewer GPUs, a sparse stretch) may not be
+            short = [i for i, r in enumerate(runs) if r["points"] < min_points]
+            if not short:
+                break
+            small = short[0]
         # the smallest stretch joins its larger neighbour and the pair is judged again from its means
         j = small - 1 if small == len(runs) - 1 or (small > 0 and runs[small - 1]["gpu_s"] >= runs[small + 1]["gpu_s"]) \
             else small + 1
         a, b = sorted((small, j))
-        runs[a:b + 1] = [_run(runs[a]["buckets"] + runs[b]["buckets"], th, link_gbps)]
+        runs[a:b + 1] = [_join(runs[a], runs[b], th, link_gbps)]
         runs = _merge_same(runs, th)
     return runs
 
@@ -179,18 +250,36 @@ def _carve(runs: list[dict], lead: int, th: dict[str, float], link_gbps: float |
     return _run(head, th, link_gbps), rest
 
 
-def _at(ser: dict, key: str, i: int) -> float | None:
+def _col(ser: dict, key: str, n: int) -> list[float | None]:
+    """A field's ``n`` values as numbers (None: missing or not a number)."""
     vals = ser.get(key) or []
-    return num(vals[i]) if i < len(vals) else None
+    return [num(v) for v in vals[:n]] + [None] * (n - len(vals))
 
 
 def _empty() -> dict[str, Any]:
     return {"gpus": set(), "n": 0, "idle": 0, "sum": {}, "cnt": {}}
 
 
+def _sum(aggs: list[dict]) -> dict[str, Any]:
+    """The sums of several buckets (or stretches' sums) as one."""
+    out = _empty()
+    for a in aggs:
+        out["gpus"] |= a["gpus"]
+        out["n"] += a["n"]
+        out["idle"] += a["idle"]
+        for k, v in a["sum"].items():
+            out["sum"][k] = out["sum"].get(k, 0.0) + v
+        for k, v in a["cnt"].items():
+            out["cnt"][k] = out["cnt"].get(k, 0) + v
+    return out
+
+
+_BETWEEN = "no GPU work between working stretches (a checkpoint, an evaluation or data preparation on the host)"
+
+
 def _name_ends(runs: list[dict], th: dict[str, float]) -> list[dict]:
     """Leading stretches without GPU work before a working one are start-up, trailing ones an idle tail
-    (neighbours of the same name joined)."""
+    (neighbours of the same name joined), and those between working ones say what such a pause is."""
     work = [i for i, r in enumerate(runs) if not _no_work(r, th)]
     if not work:
         return runs
@@ -200,11 +289,13 @@ def _name_ends(runs: list[dict], th: dict[str, float]) -> list[dict]:
             r["class"], r["evidence"] = name, [
                 ("no GPU work before the first working stretch (imports, CUDA context, JIT compilation, data loading)"
                  if name == "startup" else "no GPU work after the last working stretch") + f": {r['evidence'][0]}"]
+        elif work[0] < i < work[-1] and _no_work(r, th) and not r["evidence"][0].startswith(_BETWEEN):
+            r["evidence"] = [f"{_BETWEEN}: {r['evidence'][0]}", *r["evidence"][1:]]
     out: list[dict] = []
     for r in runs:
         if out and r["class"] in PHASE_ONLY and out[-1]["class"] == r["class"]:
             out[-1] = dict(out[-1], buckets=out[-1]["buckets"] + r["buckets"], end=r["end"],
-                           gpu_s=out[-1]["gpu_s"] + r["gpu_s"])
+                           gpu_s=out[-1]["gpu_s"] + r["gpu_s"], agg=_sum([out[-1]["agg"], r["agg"]]))
         else:
             out.append(r)
     return out
@@ -256,23 +347,31 @@ def _no_work(run: dict, th: dict[str, float]) -> bool:
     return run["class"] in ("idle", "input_bound") and (busy is None or busy < th["idle_util_pct"])
 
 
-def _run(buckets: list[dict], th: dict[str, float], link_gbps: float | None = None) -> dict[str, Any]:
-    """A stretch of buckets with its class from the means over them."""
-    def mean(f: str) -> float | None:
-        c = sum(b["cnt"].get(f, 0) for b in buckets)
-        return sum(b["sum"].get(f, 0.0) for b in buckets) / c if c else None
+def _join(a: dict, b: dict, th: dict[str, float], link_gbps: float | None) -> dict[str, Any]:
+    """Two neighbouring stretches as one, judged from their summed means (their points are not read again)."""
+    return _run(a["buckets"] + b["buckets"], th, link_gbps, _sum([a["agg"], b["agg"]]))
 
-    n = sum(b["n"] for b in buckets)
+
+def _run(buckets: list[dict], th: dict[str, float], link_gbps: float | None = None,
+         agg: dict | None = None) -> dict[str, Any]:
+    """A stretch of buckets with its class from the means over them (``agg``: their sums, when known)."""
+    agg = agg if agg is not None else _sum(buckets)
+
+    def mean(f: str) -> float | None:
+        return _mean(agg, f)
+
+    n = agg["n"]
+
     def link(name: str) -> float | None:
         vals = [mean(f"{name}_tx_bps"), mean(f"{name}_rx_bps")]
         return sum(x for x in vals if x is not None) / 1e9 if any(x is not None for x in vals) else None
 
-    gpus = set().union(*(b["gpus"] for b in buckets))
+    gpus = agg["gpus"]
     fps = [x for x in (mean("fp16_active_pct"), mean("fp32_active_pct"), mean("fp64_active_pct")) if x is not None]
     dmma = [x for x in (mean("tensor_dmma_pct"), mean("tensor_dfma_pct")) if x is not None]
     s = Signals(util=mean("util_gpu_pct"), sm=mean("sm_active_pct"), tensor=mean("tensor_active_pct"),
                 fp_max=max(fps) if fps else None,
-                dram=mean("dram_active_pct"), idle_share=100.0 * sum(b["idle"] for b in buckets) / n if n else None,
+                dram=mean("dram_active_pct"), idle_share=100.0 * agg["idle"] / n if n else None,
                 hw_throttle_share=0.0, power_cap_share=0.0,
                 nvlink_gbps=link("nvlink"), pcie_gbps=link("pcie"), nodes=1,
                 pcie_balance=balance(mean("pcie_tx_bps"), mean("pcie_rx_bps")), cpu_eff=None, iowait=None,
@@ -280,7 +379,7 @@ def _run(buckets: list[dict], th: dict[str, float], link_gbps: float | None = No
                 fp16=mean("fp16_active_pct"), int_pipe=mean("int_active_pct"), hmma=mean("tensor_hmma_pct"),
                 imma=mean("tensor_imma_pct"), dmma=max(dmma) if dmma else None, pcie_link_gbps=link_gbps)
     cls, ev = classify(s, th)
-    return {"buckets": buckets, "start": buckets[0]["start"], "end": buckets[-1]["end"],
+    return {"buckets": buckets, "agg": agg, "start": buckets[0]["start"], "end": buckets[-1]["end"],
             "gpu_s": sum(b["gpu_s"] for b in buckets), "class": cls, "evidence": ev, "signals": s,
             "link": link_gbps, "points": n / len(gpus) if gpus else 0.0}
 
@@ -289,7 +388,7 @@ def _merge_same(runs: list[dict], th: dict[str, float]) -> list[dict]:
     out: list[dict] = []
     for r in runs:
         if out and out[-1]["class"] == r["class"]:
-            out[-1] = _run(out[-1]["buckets"] + r["buckets"], th, r["link"])
+            out[-1] = _join(out[-1], r, th, r["link"])
         else:
             out.append(r)
     return out

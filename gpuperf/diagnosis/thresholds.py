@@ -7,8 +7,10 @@ from __future__ import annotations
 # transfer_bound: host<->device copies on the PCIe link, SMs idle; latency_bound: SMs busy with no math
 # pipe and little DRAM bandwidth (access pattern, atomics, dependent loads); underfilled: a kernel runs
 # nearly all the time but fills few SMs (too few blocks: launch overhead is not the loss).
+# startup: a job that never reached its GPU work (the whole job was start-up: __init__._never_worked).
 CLASSES = ("no_data", "idle", "unused_gpus", "input_bound", "launch_bound", "underfilled", "transfer_bound",
-           "memory_bound", "latency_bound", "compute_bound", "communication_bound", "throttled", "busy_unprofiled")
+           "memory_bound", "latency_bound", "compute_bound", "communication_bound", "throttled", "busy_unprofiled",
+           "startup")
 # Phases only: GPU work not yet begun (imports, CUDA context, JIT compilation, data loading before the
 # first step, and the ramp into it: phases.RAMP_POINTS) and nothing left to do after the last; they never
 # decide a job's class when it then worked, and its estimates are over the working phases alone.
@@ -97,11 +99,17 @@ DEFAULTS: dict[str, float] = {
     # or DRAM near its threshold. Large GEMMs run at 12-14% occupancy with full tensor pipes, so the
     # pipes must be quiet for low occupancy to be the finding.
     "underfilled_occupancy_pct": 20.0,
-    # Phases: a stretch shorter than a tenth of the job is noise at the series' resolution.
-    "phase_min_share_pct": 10.0,
+    # Phases: a phase of 5% of the job is to be found (issue 35); with SERIES_POINTS = 120 points per GPU it holds
+    # at least 5 whole points (4.2%) wherever its edges fall, the points its edges share being either side's.
+    "phase_min_share_pct": 4.0,
     # GPUs of one job whose SM activity (or utilization) differ by 30 points are doing unequal work:
     # stragglers, an unbalanced pipeline stage, or GPUs left unused.
     "imbalance_spread_pct": 30.0,
+    # A job with no GPU work, its host busy and GPU memory held, is in start-up for all of it only if it is short: the
+    # start-ups recorded run tens of seconds (imports, model build, torch.compile, data loading; the zoo's
+    # startup_gemm and compile_mlp), a large model's load minutes; a quarter of an hour without GPU work is idle or
+    # starved, whatever its host does.
+    "startup_max_s": 900.0,
     # Most of the GPU time under a profiler (Nsight Compute, Nsight Systems, a CUPTI tool): no class. What is
     # left is mostly the start and end around the profiled program (ncu runs the whole program under it),
     # and classing a job from a minority of its time would pass that minority off as the job.
@@ -161,8 +169,11 @@ SOURCES: dict[str, str] = {
                             f"elementwise kernels at 82-96% ({_Z}zoo_cupy_poly_fp32-h100-80gb-hbm3.jsonl.gz), H100",
     "underfilled_occupancy_pct": f"measured: large GEMMs at 12-14% occupancy with full tensor pipes "
                                  f"({_Z}zoo_gemm_fp16-h100-80gb-hbm3.jsonl.gz, H100)",
-    "phase_min_share_pct": "policy: the series' resolution (phases.SERIES_POINTS points per GPU)",
+    "phase_min_share_pct": "policy: a phase of 5% of a job is found (issue 35), at the series' resolution "
+                           "(phases.SERIES_POINTS points per GPU, phases.MIN_POINTS at least)",
     "imbalance_spread_pct": f"policy: 30 points of SM activity between GPUs; measured: {_R}one_busy-h200.jsonl.gz (H200)",
+    "startup_max_s": "policy: start-ups run tens of seconds (H100 and H200, "
+                     f"{_Z}zoo_startup_gemm_bf16-h100-80gb-hbm3.jsonl.gz, zoo_compile_mlp_bf16), a large model's load minutes",
     "profiler_share_pct": "policy: a class from a minority of the job's time would pass that minority off as the job",
 }
 

@@ -2,7 +2,9 @@
 
 Form: ``gpuperf:v1 class=compute_bound gpus=8 tensor=94 sm=96 util=100 mem=45 power=698w
 energy=2.51kwh idle=0 z=<payload>``; a job that left GPUs unused leads with them:
-``class=unused_gpus unused=1/2 wasted=0.004gpuh busy=compute_bound gpus=2 ...``; a class resting on
+``class=unused_gpus unused=1/2 wasted=0.004gpuh busy=compute_bound gpus=2 ...``; a job of several phases
+adds them in order, ``phases=startup:17,compute_bound:33,memory_bound:25,compute_bound:25`` (percent of the
+GPU-hours); a class resting on
 NVML utilization alone adds ``conf=low``; an array task or het component ends it with its name,
 ``job=8_3`` or ``job=10+1`` (a plain job's id is its name: sacct's JobID says it). The headline is
 lowercase ``key=value`` pairs a person reads in ``sacct -o AdminComment%120``; ``z=`` holds the full
@@ -64,6 +66,9 @@ def headline(summary: dict, name: str | None = None) -> list[tuple[str, str]]:
         pairs[1:1] = [("unused", f"{unused.get('count', 0)}/{unused.get('of', 0)}"),
                       ("wasted", _fmt(unused.get("wasted_gpu_hours"), "gpuh", 3)),
                       ("busy", str(diag.get("busy_class") or "na"))]
+    ph = phases_pair(diag)
+    if ph:
+        pairs.append(("phases", ph))
     if diag.get("confidence") in ("low", "medium", "none"):
         pairs.append(("conf", str(diag["confidence"])))
     if diag.get("imbalanced"):
@@ -74,6 +79,19 @@ def headline(summary: dict, name: str | None = None) -> list[tuple[str, str]]:
     if name:
         pairs.append(("job", name))
     return pairs
+
+
+MAX_HEADLINE_PHASES = 16    # the diagnosis gives at most 16 (diagnosis.phases.MAX_PHASES): ~17 bytes each
+
+
+def phases_pair(diag: dict) -> str:
+    """The diagnosis' phases in the headline's compact form, in order: ``startup:17,compute_bound:33,...`` (class and
+    percent of the GPU-hours); "" for a job of one phase."""
+    out = []
+    for p in (diag.get("phases") or [])[:MAX_HEADLINE_PHASES]:
+        if isinstance(p, dict) and isinstance(p.get("class"), str) and isinstance(p.get("share_pct"), (int, float)):
+            out.append(f"{p['class']}:{p['share_pct']:.0f}")
+    return ",".join(out)
 
 
 def compressed(summary: dict) -> bytes:

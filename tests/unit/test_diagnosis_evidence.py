@@ -24,7 +24,7 @@ NEEDS = {
     "latency_bound": (("sm_active_pct",), _PIPES, ("dram_active_pct",)),
     "compute_bound": (_PIPES,), "communication_bound": (("nvlink_bps", "pcie_bps", "net_bps"),),
     "throttled": (("throttle_s",),), "busy_unprofiled": (_ACTIVITY,), "unused_gpus": (_ACTIVITY,),
-    "no_data": (),
+    "no_data": (), "startup": (_ACTIVITY,),
 }
 REMOVABLE = ("util_gpu_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct",
              "fp16_active_pct", "fp32_active_pct", "fp64_active_pct", "idle_pct", "idle_s", "nvlink_bps", "pcie_bps",

@@ -403,7 +403,7 @@ def test_startup_before_a_near_roof_gemm_is_a_phase_and_the_job_is_compute_bound
     assert [p["class"] for p in d.phases] == ["startup", "compute_bound"]
     assert d.phases[0]["share_pct"] == pytest.approx(40, abs=10)
     assert d.cls == "compute_bound" and "DataLoader" not in recs(d)
-    assert any("longest working phase" in e for e in d.evidence)
+    assert any("class from the working phases" in e for e in d.evidence)
     # the estimate is the working phase's: the job-wide mean (50% tensor) over the 60% that worked
     assert d.roofline["working_share_pct"] == pytest.approx(d.phases[1]["share_pct"])
     assert d.roofline["compute_roof_pct"] == pytest.approx(50.0 * 100 / d.phases[1]["share_pct"], rel=0.05)

@@ -102,10 +102,12 @@ def test_all_reduce_over_sockets_is_communication_through_host_memory():
 def test_input_bound_then_compute_is_two_phases_with_their_shares():
     path = RECORDINGS / "phases-h100-80gb-hbm3.jsonl.gz"
     s, d, ach = job(path.name)
-    assert [p["class"] for p in d.phases] == ["input_bound", "compute_bound"]
+    # the loader's first batch (0.4-1.2 s, before any GPU step) is the job's start-up: 2 s at 1/120 of it a point
+    assert [p["class"] for p in d.phases] == ["startup", "input_bound", "compute_bound"]
     switch = ach["t_switch"] - ach["t_start"]
-    first = d.phases[0]
-    assert first["share_pct"] == pytest.approx(100 * switch / (ach["t_end"] - ach["t_start"]), abs=15)
+    before = d.phases[0]["share_pct"] + d.phases[1]["share_pct"]
+    assert before == pytest.approx(100 * switch / (ach["t_end"] - ach["t_start"]), abs=5)
+    assert d.phases[0]["share_pct"] <= 10
     assert sum(p["share_pct"] for p in d.phases) == pytest.approx(100, abs=0.5)
     # the compute phase alone: its estimate against the rate the workload measured there
     _, dc, _ = job(path.name, window=(ach["t_switch"], ach["t_end"]))
@@ -136,7 +138,7 @@ def test_reports_show_the_phases_the_unused_gpus_and_the_confidence():
 
     s, d, _ = job("phases-h100-80gb-hbm3.jsonl.gz")
     s = dict(s, diagnosis=d.to_dict())
-    assert "id='phases'" in html.render(s) and "input-bound, 50% of the GPU-hours" in html.render(s)
+    assert "id='phases'" in html.render(s) and "input-bound, 45% of the GPU-hours" in html.render(s)
     assert "phase" in terminal.render(s, width=160, color=False)
     s2, d2, _ = job("one_busy-h200.jsonl.gz", gpus=None)
     out = terminal.render(dict(s2, diagnosis=d2.to_dict()), width=160, color=False)
@@ -153,4 +155,5 @@ def test_phases_of_the_socket_all_reduce_name_it_as_the_job_does():
     aggs, series = fromrecording.replay_job(str(RECORDINGS / "allreduce_sockets-h200.jsonl.gz"), with_series=True)
     full = summary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series)})["diagnosis"]
     assert full["class"] == "communication_bound"
-    assert [p["class"] for p in full["phases"]][-1] == "communication_bound"
+    # the recorder's last 3 s after the all-reduce are the job's idle tail (10% at 1/120 of the job a point)
+    assert [p["class"] for p in full["phases"]][-2:] == ["communication_bound", "idle_tail"]
