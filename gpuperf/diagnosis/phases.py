@@ -214,9 +214,9 @@ def _small(run: dict, th: dict[str, float], total: float, min_points: float) -> 
 def _merge_small(runs: list[dict], th: dict[str, float], link_gbps: float | None, total: float,
                  cap: int) -> list[dict]:
     """The stretches with the smallest joined to a neighbour until at most ``cap`` remain, none under the floor."""
-    # MIN_POINTS, or the floor's share of the points of a series shorter than 1/floor of MIN_POINTS (a 12-point
-    # series' phase of 2 points is a sixth of the job)
-    min_points = min(MIN_POINTS, sum(r["points"] for r in runs) * th["phase_min_share_pct"] / 100.0)
+    # MIN_POINTS, or a tenth of the points of a series shorter than 30 (a 12-point series' phase of 2 points is a
+    # sixth of the job; a 20-point one's single points flicker between classes: llama decode at 1 s)
+    min_points = min(MIN_POINTS, 0.1 * sum(r["points"] for r in runs))
     while len(runs) > 1:
         small = min(range(len(runs)), key=lambda i: runs[i]["gpu_s"])
         if len(runs) <= cap and not _small(runs[small], th, total, min_points):
