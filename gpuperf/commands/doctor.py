@@ -13,6 +13,7 @@ import glob
 import grp
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -27,13 +28,25 @@ from gpuperf.commands.doctor_checks import (CTLD_HOOK_KEYS, HOOK_KEYS, NO_SUCH_J
                                             diagnose, spank_plugin_paths)
 
 # parsing: pure ------------------------------------------------------------------------------------
+_INDEXED = re.compile(r"([A-Za-z]+)\[\d+\]")
+
+
 def parse_key_values(text: str) -> dict[str, str]:
-    """``scontrol show config`` lines 'Key = value' -> dict."""
-    out = {}
+    """``scontrol show config`` lines 'Key = value' -> dict. From 23.02 a hook that may name several
+    programs prints one line each, ``Prolog[0] = ...`` (24.11, 26.05: tests/data/slurm): joined under
+    ``Prolog`` with commas, as slurm.conf writes them (22.05 prints ``Prolog = ...``). ``SlurmctldHost[0]``
+    stays as it is (``ctld_hosts`` reads it)."""
+    out: dict[str, str] = {}
     for line in text.splitlines():
         k, sep, v = line.partition("=")
-        if sep and k.strip() and " " not in k.strip():
-            out[k.strip()] = v.strip()
+        k = k.strip()
+        if not (sep and k and " " not in k):
+            continue
+        m = _INDEXED.fullmatch(k)
+        if m and m.group(1) != "SlurmctldHost":
+            key = m.group(1)
+            out[key] = f"{out[key]},{v.strip()}" if out.get(key) else v.strip()
+        out[k] = v.strip()
     return out
 
 
@@ -203,6 +216,7 @@ def gather(role: str, node_name: str) -> Facts:
     if f["controller"]:
         f["sacctmgr"] = _run([os.path.join(bin_dir, "sacctmgr"), "-i", "modify", "job", "where",
                               f"jobid={NO_SUCH_JOB}", "set", "AdminComment=gpuperf-doctor"])
+        _slurm_gpu_facts(cfg, f)
     f["modes"] = _mode_facts(cfg)
     _state_group_facts(cfg, f)
     f["watchdog_s"] = max(watchdog.bound_of(cfg, "prolog") or 0, watchdog.bound_of(cfg, "epilog") or 0) or None
@@ -232,6 +246,33 @@ def _daemon_facts(cfg: Any, f: Facts) -> None:
         f["daemon_error"] = None if reply.get("ok") else reply.get("error")
     except Exception as e:  # noqa: BLE001 - any failure to talk to it is the finding
         f["daemon"], f["daemon_error"] = None, str(e)
+
+
+SLURM_GPU_JOBS = 20  # the controller's latest jobs compared with Slurm's own GPU figures (one sacct call each)
+
+
+def _slurm_gpu_facts(cfg: Any, f: Facts) -> None:
+    """Slurm's gres/gpuutil and gres/gpumem beside gpuperf's, for the controller store's latest GPU jobs:
+    job id -> disagreement (None: sampling explains the gap); absent where Slurm records none."""
+    from gpuperf.access.slurm import Slurm
+    from gpuperf.controller.clusterstore import ClusterStore, default_path
+    from gpuperf.report import slurmtres
+
+    try:
+        with ClusterStore(default_path(cfg), readonly=True) as st:
+            rows = st.jobs(sort="end", limit=SLURM_GPU_JOBS)
+            summaries = {int(r["job_id"]): st.job(int(r["job_id"])) for r in rows}
+    except Exception:  # noqa: BLE001 - no store here (a node, or no job yet): nothing to compare
+        return
+    slurm = Slurm(cfg.general.slurm_bin_dir)
+    found = {}
+    for job_id, s in summaries.items():
+        if not s:
+            continue
+        got = slurmtres.read(slurm, job_id, int((s.get("job") or {}).get("gpu_count") or 0))
+        if got is not None:
+            found[job_id] = slurmtres.disagreement(s, got)
+    f["slurm_gpu"] = found
 
 
 def _collector_facts(cfg: Any, f: Facts, sc: dict[str, str] | None) -> None:

@@ -187,7 +187,9 @@ def check_sacctmgr(f: Facts) -> list[Finding]:
     if res is None:
         return []
     rc, text = res
-    if "nothing modified" in text.lower():
+    # 22.05: "Nothing modified"; 24.11 and 26.05: "Request didn't affect anything or your user doesn't have
+    # privilege ...", its one answer for both (tests/data/slurm): the write reached slurmdbd either way
+    if "nothing modified" in text.lower() or "didn't affect anything" in text.lower():
         return _ok("sacctmgr", "may write AdminComment (test write to a job that does not exist)")
     if "permission" in text.lower() or "privilege" in text.lower():
         return [Finding("fail", "sacctmgr", f"sacctmgr refuses job changes for this user: {text.strip()[:160]}",
@@ -260,9 +262,24 @@ def check_clock(f: Facts) -> list[Finding]:
     return _ok("clock", f"within {SKEW_WARN_S:.0f} s of the controller's")
 
 
+def check_slurm_gpu(f: Facts) -> list[Finding]:
+    """Slurm's own gres/gpuutil and gres/gpumem agree with gpuperf's within what Slurm's sampling explains."""
+    pairs = f.get("slurm_gpu")
+    if not pairs:
+        return []  # the release or the nodes record no GPU TRES (before 23.02, or no AutoDetect=nvml)
+    bad = {j: why for j, why in pairs.items() if why}
+    if bad:
+        j, why = next(iter(sorted(bad.items())))
+        return [Finding("warn", "slurm_gpu", f"{len(bad)} of {len(pairs)} recent jobs: Slurm's GPU figures and "
+                        f"gpuperf's disagree beyond sampling (job {j}: {why})",
+                        "compare `sacct -j JOB -o TRESUsageInAve,TRESUsageInMax` with `gpuperf report JOB`; "
+                        "check gres.conf AutoDetect=nvml and that gpuperf attributes the job's GPUs")]
+    return _ok("slurm_gpu", f"{len(pairs)} recent jobs: Slurm's GPU figures agree with gpuperf's within sampling")
+
+
 CHECKS: tuple[Callable[[Facts], list[Finding]], ...] = (
     check_config, check_hooks, check_prolog_flags, check_prolog_timeout, check_plugstack, check_daemon,
-    check_collector, check_sacctmgr, check_modes, check_clock)
+    check_collector, check_sacctmgr, check_modes, check_clock, check_slurm_gpu)
 
 
 def diagnose(facts: Facts) -> list[Finding]:

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
         width = min(os.get_terminal_size().columns, 130) if sys.stdout.isatty() else 110
         sys.stdout.write(terminal.render(s, width=width, color=sys.stdout.isatty()))
+        _slurm_figures(cfg, job.raw, s)
         got = _masked(records.series(job, s, cfg.report.html_max_points, args.series_source), s)
         if got.data:
             from gpuperf.report import timechart
@@ -91,6 +92,16 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write("\n" + timechart.render(got.data, width=width, color=sys.stdout.isatty()))
         print(f"(summary from {found.source}; {got.line()})")
     return 0
+
+
+def _slurm_figures(cfg, job_id: int, s: dict) -> None:
+    """Slurm's own gres/gpuutil and gres/gpumem beside gpuperf's, where the release recorded them (one sacct call)."""
+    from gpuperf.access.slurm import Slurm
+    from gpuperf.report import slurmtres
+
+    text = slurmtres.line(s, slurmtres.read(Slurm(cfg.general.slurm_bin_dir), job_id, int((s.get("job") or {}).get("gpu_count") or 0)))
+    if text:
+        print(text)
 
 
 def _masked(got: series.Series, s: dict) -> series.Series:

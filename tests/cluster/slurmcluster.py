@@ -419,6 +419,8 @@ class SlurmCluster:
         if user and user != "root":
             argv = ["/usr/sbin/runuser", "-u", user, "--", "/usr/bin/env", *(f"{k}={v}" for k, v in self.env.items()),
                     *argv]
+        if SLURM_SUITE:
+            argv = suiteroot.client_argv(SLURM_PREFIX, argv)
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, input=input,
                            cwd=str(cwd) if cwd else None)
         if check and p.returncode != 0:

@@ -149,3 +149,10 @@ def stepd_argv(root: Path, argv: list[str]) -> list[str]:
               if (bin_dir(root) / c).exists() and os.path.exists(f"/usr/bin/{c}")]
     binds = " && ".join(f'mount --bind "{src}" "{dst}"' for src, dst in pairs)
     return ["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", f'{binds} && exec "$0" "$@"', *argv]
+
+
+def client_argv(root: Path, argv: list[str]) -> list[str]:
+    """``argv`` as a test runs it (``SlurmCluster.run``) in the same view: a program that calls
+    ``/usr/bin/sacct`` itself (gpuperf with its default ``slurm_bin_dir``, a test's ``SacctWriter('/usr/bin')``)
+    then talks to this release, as on a node that runs it."""
+    return stepd_argv(root, argv)

@@ -301,7 +301,7 @@ def test_a_job_comment_cannot_fake_the_state_gpuperf_acts_on(abuse):
         old = os.environ.copy()
         os.environ.update(env)
         try:
-            slurm = Slurm("/usr/bin")
+            slurm = Slurm(c.gpuperf_config()["general"]["slurm_bin_dir"])  # the release under test
             assert slurm.show_job(job)["Reason"] == "BeginTime"          # what a split line believes
             assert slurm.job_state(job) == ("PENDING", "JobHeldUser")     # what gpuperf acts on
         finally:

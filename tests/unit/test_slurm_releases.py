@@ -68,3 +68,14 @@ def test_scontrol_json_exists_from_23_02_only():
     for release in ("24.11", "26.05"):
         doc = json.loads((DATA / release / "scontrol_json_show_job_d.json").read_text())
         assert doc["jobs"][0]["job_resources"]["nodes"]["allocation"][0]["cpus"]["count"] == 4
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_doctor_reads_the_hooks_of_each_releases_config(release):
+    """24.11 and 26.05 print ``Prolog[0] = ...`` (a hook may name several programs), 22.05 ``Prolog = ...``."""
+    from gpuperf.commands import doctor
+
+    sc = doctor.parse_key_values((DATA / release / "scontrol_show_config.txt").read_text())
+    for key in ("Prolog", "Epilog", "TaskProlog", "EpilogSlurmctld"):
+        assert doctor.setting(sc, key).endswith("/hooks/" + {"EpilogSlurmctld": "epilog-slurmctld"}.get(key, key.lower()))
+    assert doctor.setting(sc, "PrologFlags") == "Alloc,Contain"
