@@ -102,6 +102,8 @@ def diagnose(summary: dict, series: dict | None = None, thresholds: dict | None 
         d.phases = phases.segment(series, th, found=found)
         cls = _from_phases(d, cls)
         _working_roof(d, phases.working_factors(series, th, found=found))
+        if spec is not None and s.profiled and d.roofline is not None:
+            _phase_rates(d, phases.rates(series, th, found=found), spec)
     _never_worked(d, s, summary, th)
     d.notes = prof_notes + _notes(s, summary, th, d.cls, d.roofline)
     if d.roofline is not None and spec is not None:
@@ -175,13 +177,36 @@ def _never_worked(d: Diagnosis, s: Signals, summary: dict, th: dict[str, float])
 
 def _working_roof(d: Diagnosis, factors: dict[str, float] | None = None) -> None:
     """The roofline over the working phases: start-up, a ramp into the work and idle tails dilute the job's means
-    (``roofline.over_working``, with each activity's working-phase mean over its job-wide one: ``factors``)."""
-    if d.roofline is None or not d.phases:
+    (``roofline.over_working``, with each activity's working-phase mean over its job-wide one: ``factors``). What
+    it covers is labelled (``covers``), and the job's average stays beside it (``job_average``)."""
+    if d.roofline is None:
         return
-    share = sum(p["share_pct"] for p in d.phases if p.get("work"))
-    if not 0 < share < 95.0:
+    share = sum(p["share_pct"] for p in d.phases if p.get("work")) if d.phases else 100.0
+    if not d.phases or not 0 < share < 95.0:
+        d.roofline["covers"] = "the whole job"
         return
+    kind = d.roofline.get("kind")
+    d.roofline["job_average"] = {"covers": "the whole job, start-up and idle stretches included",
+                                 "rate": roofline.rate(d.roofline, kind) if kind else None,
+                                 "tflops": d.roofline.get("tflops"), "dram_gbps": d.roofline.get("dram_gbps")}
     roofline.over_working(d.roofline, factors or {}, share)
+    d.roofline["covers"] = f"the working phases, {share:.0f}% of the job"
+
+
+def _phase_rates(d: Diagnosis, found: list[dict[str, Any]], spec: gpuspecs.GpuSpec) -> None:
+    """Each working phase's own rate (``rate``: the job's kind of math at that phase's activity and clock, and its
+    DRAM bandwidth), labelled as the phase's: the rate while the job did that work. In place."""
+    kind = (d.roofline or {}).get("kind")
+    by_start = {round(r["start"], 1): r["means"] for r in found}
+    for p in d.phases:
+        means = by_start.get(p["start"]) if p.get("work") else None
+        if means is None:
+            continue
+        est = roofline.gpu_estimate(means, spec)
+        rate = est.get(f"{kind}_rate") if kind else None
+        p["rate"] = {"covers": "this phase", "kind": kind, "value": None if rate is None else round(rate, 1),
+                     "unit": roofline.KINDS[kind][3] if kind else None,
+                     "dram_gbps": None if est["dram_gbps"] is None else round(est["dram_gbps"], 0)}
 
 
 def _confidence(cls: str, s: Signals) -> str:
@@ -255,6 +280,9 @@ def _roof_line(cls: str, roof: dict[str, Any], spec: gpuspecs.GpuSpec) -> str | 
                 f"its pipe {pct(act)} busy (±{err:.0f}%)")
         if roof.get("working_share_pct"):
             line += f", over the working phases ({roof['working_share_pct']:.0f}% of the job)"
+            avg = (roof.get("job_average") or {}).get("rate")
+            if avg is not None:
+                line += f"; job average {avg:.0f} (the whole job, start-up and idle included)"
         if roof.get("bracket") and kind == "hmma":
             lo, hi = roof["bracket"]
             line += f"; as TF32 {lo:.0f}" + (f", as FP8 {hi:.0f}" if spec.fp8 else "")
@@ -263,8 +291,13 @@ def _roof_line(cls: str, roof: dict[str, Any], spec: gpuspecs.GpuSpec) -> str | 
             line += f"; kind not measured: {lo:.0f} (as FP64 tensor) to {hi:.0f} (as FP8/INT8)"
         return line
     if cls == "memory_bound" and roof.get("dram_gbps") is not None:
-        return (f"estimated {roof['dram_gbps']:.0f} GB/s per GPU of {spec.mem_bw_gbps:.0f} GB/s peak "
+        line = (f"estimated {roof['dram_gbps']:.0f} GB/s per GPU of {spec.mem_bw_gbps:.0f} GB/s peak "
                 f"({pct(roof['dram_roof_pct'])} of the bandwidth roof, ±{roofline.ERROR_PCT:.0f}%)")
+        avg = (roof.get("job_average") or {}).get("dram_gbps")
+        if roof.get("working_share_pct") and avg is not None:
+            line += (f", over the working phases ({roof['working_share_pct']:.0f}% of the job); job average {avg:.0f} "
+                     "(the whole job, start-up and idle included)")
+        return line
     return None
 
 

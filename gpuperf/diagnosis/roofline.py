@@ -40,13 +40,15 @@ TENSOR_KINDS = ("hmma", "imma", "dmma")
 DTYPES = {"hmma": "fp16/bf16 (TF32, FP8) tensor", "imma": "INT8 tensor", "dmma": "FP64 tensor",
           "fp16": "FP16 non-tensor", "fp32": "FP32 non-tensor", "fp64": "FP64 non-tensor", "int": "INT32",
           "tensor": "tensor (kind not measured)"}
-# Stated error per datatype (percent): the largest judged error of its estimates on workloads that
-# measured their own rate (the zoo's benchmarks/results/zoo/estimates.md, H100 and H200; the ground-truth
-# benchmarks/results/diag_estimates.md), rounded up to the next 5%, never under the ground truth's 15%.
-# int8: torch._int_mm reached 55-61% of IMMA activity x the INT8 peak (63.7% off); int32: the integer
-# pipe's lanes x clock under-counts an integer mix by 19% (multiply-adds run on the FMA pipe as well).
-# "none": host<->device copies (PCIe bytes per second). tests/unit/test_zoo_errors.py re-derives them.
-ERROR_PCT_BY_DTYPE: dict[str, float] = {"bf16": 15.0, "fp16": 15.0, "fp8": 15.0, "tf32": 15.0, "fp32": 15.0,
+# Stated error per datatype (percent): the largest judged error of the rate the report gives for the working
+# phase that covered each workload's own timed work (the zoo's benchmarks/results/zoo/estimates.md, H100 and H200;
+# the ground-truth benchmarks/results/diag_estimates.md), rounded up to the next 5%, never under the ground
+# truth's 15%. int8: torch._int_mm reached 55-61% of IMMA activity x the INT8 peak (63.6% off); int32: the integer
+# pipe's lanes x clock under-counts an integer mix by 19.5% (multiply-adds run on the FMA pipe as well); fp32: a
+# CuPy n-body (rsqrt and FMAs per pair) reads +22.6% (the FP32 pipe's activity counts more than the 20 FLOPs per
+# interaction it counts). "none": host<->device copies (PCIe bytes per second). tests/unit/test_zoo_errors.py
+# re-derives them.
+ERROR_PCT_BY_DTYPE: dict[str, float] = {"bf16": 15.0, "fp16": 15.0, "fp8": 15.0, "tf32": 15.0, "fp32": 25.0,
                                         "fp64": 15.0, "int8": 65.0, "int32": 20.0, "none": 15.0}
 # ... and per kind of math, the largest over the datatypes it covers (HMMA: fp16/bf16, TF32, FP8 within
 # its bracket); the bf16-priced fallback states the bf16 bound and its note the 15x of FP64 tensor work.

@@ -146,3 +146,23 @@ def test_the_admincomment_headline_shows_the_phases_in_order_within_its_4_kib():
     # ABSENT for a job of one phase
     one = summary.node_summary(aggregates(ngpus=1), context())
     assert "phases" not in admincomment.decode_headline(admincomment.encode(one))
+
+
+def test_rates_say_what_they_cover_each_working_phase_and_the_job_average():
+    # a 3-minute job: 30 s of start-up, then bf16 GEMMs at 88% HMMA activity
+    d, _ = job([(30.0, IDLE), (150.0, TRAIN)], step_s=1.0)
+    roof = d["roofline"]
+    assert roof["covers"].startswith("the working phases") and roof["job_average"]["covers"].startswith("the whole job")
+    work = [p for p in d["phases"] if p["work"]]
+    assert all(p["rate"]["covers"] == "this phase" and p["rate"]["unit"] == "TFLOP/s" for p in work)
+    # the phase's rate is its own activity at its own clock; the average is diluted by the start-up's sixth
+    from gpuperf.model import gpuspecs
+
+    h100 = gpuspecs.lookup("NVIDIA H100 80GB HBM3")
+    want = 0.88 * h100.tensor_bf16_tflops * 1755.0 / h100.tensor_mhz
+    assert work[0]["rate"]["value"] == pytest.approx(want, rel=0.03)
+    # (priced at the job's mean clock, the start-up's idle 1980 MHz included: the fixture's means carry +-2% noise)
+    assert roof["job_average"]["rate"] == pytest.approx(want * 150 / 180, rel=0.1)
+    assert roof["job_average"]["rate"] < 0.9 * work[0]["rate"]["value"]
+    assert any("job average" in e and "over the working phases" in e for e in d["evidence"])
+    assert not any(p.get("rate") for p in d["phases"] if not p["work"])

@@ -159,15 +159,18 @@ def test_no_recommendation_contradicts_its_label(all_rows):
     assert not bad, bad
 
 
-def test_every_datatypes_estimate_is_within_its_stated_error(rows):
+def test_every_datatype_has_an_estimate_over_the_timed_work(rows):
+    # the estimate over a window only the workload knows is shown beside the report's, not judged (issue 35): a
+    # workload's own stamps may hold its warm-up (llama decode's t_switch comes before two warm-up generate calls:
+    # 45% of that window is input-bound), the report's working phase is the rate while the job did the work
     sc = zm.scores(rows)
-    over = {r["file"]: (round(r["judged_error_pct"], 1), r["stated_error_pct"]) for r in rows
-            if r["file"] in sc["over_stated_error"]}
-    assert not over and not sc["dtype_missing_estimate"], over
+    assert not sc["dtype_missing_estimate"]
 
 
 def test_every_datatypes_job_report_estimate_is_within_its_stated_error(rows):
-    # what the job's report gives, over its own working phases (no window only the workload knows): with the ramp
+    # what the job's report gives for its working phase over the workload's timed work (issue 35: the rate while the
+    # job did that work; the job average, over start-up and idle stretches too, was off by up to 88% on the
+    # real-application zoo: llama prefill, decode); before, over its own working phases together: with the ramp
     # into the work counted as work it was off by up to 30% (cupy_intmix_int32 -30%, cupy_poly_fp32 -22%,
     # gemm_fp64 -18% on H100), and priced at the job's mean clock up to 37% (startup_gemm_bf16)
     sc = zm.scores(rows)
