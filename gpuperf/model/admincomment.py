@@ -17,8 +17,8 @@ sacctmgr to turn into backticks (FACTS.md). Another tool's text may sit beside i
 Every job's AdminComment is at most 4 KiB (``budget``), whatever its size: one 8-GPU node's whole summary
 fits; a larger job's loses detail in a fixed order (``_slim``, listed in the payload's ``truncated``) down to
 the least busy GPUs by name with every GPU's spread (``gpus_dist``: min, p10, median, p90, max), the first
-names of its node lists with their counts, and at last the reduced form (the headline's figures and the
-diagnosis). The whole merged summary is in the controller's store (``gpuperf report`` as admin).
+names of its node lists with their counts, and at last the reduced form (the headline's figures, the class, the
+phases without their evidence and the estimated rates: the story every reader tells). The whole merged summary is in the controller's store (``gpuperf report`` as admin).
 """
 
 from __future__ import annotations
@@ -155,7 +155,11 @@ WORST_GPUS = 8        # GPUs named one by one when not every GPU fits: the least
 LIST_MAX = 16         # names kept of a node list (nodes, hosts, nodes expected and missing) when not all fit
 REASONS_MAX = 8       # quality reasons kept, each cut to REASON_CHARS, when not all fit
 REASON_CHARS = 240
-LEVELS = 7            # 0: the whole summary ... 6: the headline's figures and the diagnosis only
+LEVELS = 7            # 0: the whole summary ... 6: the headline's figures, the class, phases and rates only
+# what the reduced form keeps of each phase and of the estimates: the job's story in every reader (issue 35)
+_PHASE_KEEP = ("start", "end", "share_pct", "gpu_hours", "class", "work")
+_RATES_KEEP = ("model", "kind", "error_pct", "tflops_est_per_gpu", "tensor_tflops_est", "tflops_est_job", "dram_gbps",
+               "roofline_pct", "roofline_side")
 _GPU_KEEP = ("node", "gpu", "name", "seconds", "sm_active_pct", "tensor_active_pct", "dram_active_pct",
              "util_gpu_pct", "mem_peak_pct", "power_mean_w", "energy_j", "idle_pct")
 _DIST = ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "util_gpu_pct", "mem_peak_pct", "power_mean_w",
@@ -236,13 +240,19 @@ def _slim(summary: dict, level: int) -> dict:
         s["gpus"], s["hosts"] = [], {}
         dropped.append("gpus")
     if level >= 6:
-        # the reduced form: what the headline says, the diagnosis and whether the summary was whole
+        # the reduced form: what the headline says, the class and whether the summary was whole
         q = s.get("quality") if isinstance(s.get("quality"), dict) else {}
         diag = s.get("diagnosis") if isinstance(s.get("diagnosis"), dict) else {}
         s = {k: s.get(k) for k in ("schema", "job_id", "user", "uid", "start", "end", "wall_s", "job", "nodes_total")}
         s["nodes"] = _short(summary.get("nodes") or [], 4)
         s["diagnosis"] = {k: diag.get(k) for k in ("class", "busy_class", "confidence", "unused", "imbalanced")
                           if k in diag}
+        # the story every reader tells (issue 35): the phases (without their evidence) and the estimated rates
+        if isinstance(diag.get("phases"), list):
+            s["diagnosis"]["phases"] = [{k: p.get(k) for k in _PHASE_KEEP if k in p}
+                                        for p in diag["phases"] if isinstance(p, dict)]
+        est = summary.get("estimates") if isinstance(summary.get("estimates"), dict) else {}
+        s["estimates"] = {k: est[k] for k in _RATES_KEEP if k in est}
         s["quality"] = {k: q.get(k) for k in ("partial", "samples", "nodes_missing_total") if k in q}
         dropped.append("reduced")
     s["truncated"] = dropped

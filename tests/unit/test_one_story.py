@@ -231,3 +231,21 @@ def test_a_job_of_many_nodes_is_judged_from_a_spread_of_its_nodes_series_and_say
     assert [(p["class"], p["share_pct"]) for p in merged["diagnosis"]["phases"]] == \
         [(p["class"], p["share_pct"]) for p in one["diagnosis"]["phases"]]
     assert any(f"{sent} of the job's {len(nodes)} nodes" in n for n in merged["diagnosis"]["notes"])
+
+
+def test_the_admincomments_reduced_form_keeps_the_class_the_phases_and_the_rates(tmp_path):
+    cfg = _cfg(tmp_path, "n1")
+    one, _ = _node(cfg, tmp_path, str(HERE / "phases-h100-80gb-hbm3.jsonl.gz"), 12, "n1")
+    one.pop("phase_series", None)
+    one.pop("series", None)
+    # evidence too long for 4 KiB in any fuller form: only the reduced one fits
+    one["diagnosis"] = dict(one["diagnosis"], evidence=[os.urandom(1500).hex()])
+    text = admincomment.encode(one)
+    got = admincomment.decode(text)
+    assert "reduced" in got["truncated"]
+    keep = ("start", "end", "share_pct", "class", "work")
+    assert got["diagnosis"]["class"] == one["diagnosis"]["class"]
+    assert [{k: p[k] for k in keep} for p in got["diagnosis"]["phases"]] == \
+        [{k: p[k] for k in keep} for p in one["diagnosis"]["phases"]]
+    for k in ("tflops_est_per_gpu", "dram_gbps", "tflops_est_job"):
+        assert got["estimates"][k] == one["estimates"][k]
