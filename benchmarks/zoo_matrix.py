@@ -79,9 +79,11 @@ def labels(folder: str = WORKLOADS) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _diagnosis(path: str, window: tuple[float, float], gpus: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+def _diagnosis(path: str, window: tuple[float, float], gpus: int = 1,
+               framework: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(summary, diagnosis dict) of a job holding ``gpus`` of the recorded GPUs over ``window``, as the epilog
-    builds it (the communication workloads of issue 29 hold 2)."""
+    builds it (the communication workloads of issue 29 hold 2). ``framework``: what the daemon would have read from
+    the workload's CUDA processes' maps (the recordings hold no maps: the label's framework stands for it)."""
     with tempfile.TemporaryDirectory() as d:
         trimmed = fromrecording.trimmed(path, os.path.join(d, "w.jsonl"), window)
         aggs, series = fromrecording.replay_job(trimmed, job_id=7, node="rec", gpus=gpus, with_series=True,
@@ -89,6 +91,8 @@ def _diagnosis(path: str, window: tuple[float, float], gpus: int = 1) -> tuple[d
         with open(trimmed, encoding="utf-8") as f:
             f.readline()
             first = json.loads(f.readline() or "{}").get("t")
+    if framework:
+        aggs["frameworks"] = [framework]
     s = jobsummary.node_summary(aggs, {"job_id": 7, "node": "rec", "series": phases.compact(series or {})})
     # the replay's clock starts at VIRTUAL_T0 with the first sweep kept: the offset maps recorded times onto it
     s["_offset"] = VIRTUAL_T0 - float(first) if isinstance(first, (int, float)) else None
@@ -248,7 +252,7 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
     end = job_end(ach)
     # a sweep's rates cover the interval before it: the job window starts one interval before t_proc
     ngpu = int(label.get("gpus", 1))
-    s_job, diag = _diagnosis(path, (start - rec.interval_s, end + rec.interval_s), ngpu)
+    s_job, diag = _diagnosis(path, (start - rec.interval_s, end + rec.interval_s), ngpu, label.get("framework"))
     row: dict[str, Any] = {"file": os.path.basename(path), "workload": wl, "gpu": gpu, "gpus": ngpu, "label": label["class"],
                            "dtype": label["dtype"], "kind": label["kind"], "framework": label["framework"],
                            "class": diag.get("class"), "busy_class": diag.get("busy_class"),
@@ -263,7 +267,7 @@ def evaluate(path: str, labs: dict[str, dict[str, Any]]) -> dict[str, Any] | Non
     rate = label.get("rate")
     if rate and rate in ach:
         t0 = float(ach.get("t_switch", ach["t_start"]))
-        s_w, d_w = _diagnosis(path, (t0, float(ach["t_end"])), ngpu)
+        s_w, d_w = _diagnosis(path, (t0, float(ach["t_end"])), ngpu, label.get("framework"))
         est, bracket = estimate(label, s_w, d_w)
         got = float(ach[rate])
         g = (s_w.get("gpus") or [{}])[0]

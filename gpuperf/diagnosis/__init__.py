@@ -160,8 +160,9 @@ def _never_worked(d: Diagnosis, s: Signals, summary: dict, th: dict[str, float])
     loading), not idle: no GPU work, its host CPUs busy, GPU memory held past a context's. In place."""
     busy = s.sm if s.sm is not None else s.util
     mem = num((summary.get("job") or {}).get("mem_peak_mib"))
-    if d.cls not in ("idle", "input_bound") or busy is None or busy >= th["idle_util_pct"] or any(
-            p.get("work") for p in d.phases):
+    # kernels in most samples, however small, are work the job reached (input-bound, or a profiler replaying them)
+    rare = d.cls == "idle" or (s.idle_share is not None and s.idle_share >= th["idle_share_pct"])
+    if not rare or busy is None or busy >= th["idle_util_pct"] or any(p.get("work") for p in d.phases):
         return
     if s.cpu_eff is None or s.cpu_eff < th["input_host_cpu_pct"] or mem is None or mem < STARTUP_MEM_MIB:
         return

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuperf.diagnosis import diagnose, roofline
+from gpuperf.diagnosis import diagnose, frameworks, roofline
 from gpuperf.model import gpuspecs, summary
 from gpuperf.model.summary import SCHEMA  # noqa: F401 - the summary's schema, with the summary's makers
 from gpuperf.model.totals import rounded as _r
@@ -21,6 +21,7 @@ def node_summary(aggregates: dict, context: dict) -> dict:
     """One node's summary from its aggregates (``model.summary.node_part``'s context, and ``thresholds``
     and ``series``: the diagnosis' overrides and the job's series, for its phases)."""
     s = summary.node_part(aggregates, context)
+    s["frameworks"] = frameworks.union([aggregates.get("frameworks")])    # what its CUDA processes mapped, or None
     s["estimates"], roof = estimates(s["gpus"])
     series = context.get("series") if isinstance(context.get("series"), dict) else None
     s["diagnosis"] = diagnose(s, series, thresholds=context.get("thresholds"), roof=roof).to_dict()
@@ -36,6 +37,7 @@ def merge(node_summaries: list[dict], expected_nodes: list[str], thresholds: dic
     that node's diagnosis. The series are evidence, not part of the job's summary."""
     out = summary.join(node_summaries, expected_nodes)
     out.pop(PHASE_SERIES, None)
+    out["frameworks"] = frameworks.union([n.get("frameworks") for n in node_summaries if isinstance(n, dict)])
     if isinstance(out.get("diagnosis"), dict):
         return out
     out["estimates"], roof = estimates(out["gpus"])

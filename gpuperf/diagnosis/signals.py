@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuperf.model import gpuspecs
+from gpuperf.diagnosis import frameworks
 
 _HW_THROTTLE = ("hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake")
 # RDMA devices (IB, RoCE, EFA, Omni-Path) by their kernel names; everything else but lo is Ethernet
@@ -56,6 +57,7 @@ class Signals:
     fp16: float | None = None
     gdr: bool | None = None             # GPUDirect RDMA loaded on every node (None: not known)
     gds: bool | None = None             # GPUDirect Storage (nvidia_fs) loaded on every node (None: not known)
+    frameworks: tuple[str, ...] | None = None  # what the job's CUDA processes mapped (None: not read): frameworks.py
 
     @property
     def pcie_dir_gbps(self) -> float | None:
@@ -146,6 +148,7 @@ def signals(summary: dict, series: dict | None = None) -> Signals:
         **dict(zip(("pcie_link_gbps", "pcie_link_from"), pcie_link(gpus))),
         gdr=_all_known([h.get("gpudirect_rdma") for h in hosts]),
         gds=_all_known([h.get("gpudirect_storage") for h in hosts]),
+        frameworks=None if frameworks.of(summary) is None else tuple(frameworks.of(summary)),
     )
 
 

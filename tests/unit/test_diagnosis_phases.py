@@ -53,6 +53,8 @@ def _means(parts: list[tuple[float, dict]]) -> dict:
 def job(parts: list[tuple[float, dict]], step_s: float, gpus: int = 1, **host):
     seconds = sum(s for s, _ in parts)
     a = aggregates(ngpus=gpus, seconds=seconds, nvlink_tx_bps=0.0, nvlink_rx_bps=0.0, **_means(parts))
+    for g in a["gpus"].values():       # no kernel in the samples whose utilization read 0
+        g["idle_s"] = seconds * sum(s for s, v in parts if not v.get("util_gpu_pct")) / seconds
     a["host"].update(host)
     ser = daemon_series(parts, step_s, gpus)
     return summary.node_summary(a, context(series=ser))["diagnosis"], ser

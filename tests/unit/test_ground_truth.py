@@ -50,7 +50,11 @@ def test_training_step_is_far_from_the_roof_and_the_advice_says_what_raises_it()
         _, d, _ = job(name)
         assert 15 <= d.roofline["compute_roof_pct"] <= 40
         assert d.recommendations[0].startswith("far from the math roof")
-        assert any("torch.compile" in r for r in d.recommendations)
+        # no framework read from the recording: neutral words; the same job with PyTorch in evidence gets its own
+        assert not any("torch" in r for r in d.recommendations)
+        s, _, _ = job(name)
+        torch = diagnosis.diagnose(dict(s, frameworks=["torch"]), series=None)
+        assert any("torch.compile" in r for r in torch.recommendations)
         assert not any("good:" in r or "FP8" in r for r in d.recommendations)
 
 
