@@ -214,6 +214,7 @@ def gather(role: str, node_name: str) -> Facts:
         _daemon_facts(cfg, f)
     _collector_facts(cfg, f, sc)
     if f["controller"]:
+        f["series_keep_days"] = cfg.controller.series_keep_days
         f["sacctmgr"] = _run([os.path.join(bin_dir, "sacctmgr"), "-i", "modify", "job", "where",
                               f"jobid={NO_SUCH_JOB}", "set", "AdminComment=gpuperf-doctor"])
         _slurm_gpu_facts(cfg, f)

@@ -198,6 +198,15 @@ def check_sacctmgr(f: Facts) -> list[Finding]:
                     "AccountingStorageType=accounting_storage/slurmdbd and a running slurmdbd: sacctmgr show cluster")]
 
 
+def check_store_retention(f: Facts) -> list[Finding]:
+    """On the controller: how long its store keeps node series (``controller.series_keep_days``), said."""
+    if not f.get("controller") or f.get("series_keep_days") is None:
+        return []
+    keep = f["series_keep_days"]
+    return _ok("store", "node series kept " + (f"{keep:g} days" if keep > 0 else "for ever")
+               + " (controller.series_keep_days), at 100 points a metric once a job's late summaries are in")
+
+
 def check_modes(f: Facts) -> list[Finding]:
     """Stores are private (no world access; a group only as ``general.state_group`` names), the control
     socket directory is root-only, the run dir not replaceable by users."""
@@ -279,7 +288,7 @@ def check_slurm_gpu(f: Facts) -> list[Finding]:
 
 CHECKS: tuple[Callable[[Facts], list[Finding]], ...] = (
     check_config, check_hooks, check_prolog_flags, check_prolog_timeout, check_plugstack, check_daemon,
-    check_collector, check_sacctmgr, check_modes, check_clock, check_slurm_gpu)
+    check_collector, check_sacctmgr, check_store_retention, check_modes, check_clock, check_slurm_gpu)
 
 
 def diagnose(facts: Facts) -> list[Finding]:

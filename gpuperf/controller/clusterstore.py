@@ -30,6 +30,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   gpus INTEGER, gpu_hours REAL, wasted_gpu_hours REAL, energy_j REAL, class TEXT,
   imbalanced INTEGER, partial INTEGER, stored REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS job_summaries (job_id INTEGER PRIMARY KEY, summary BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS node_series_kept (job_id INTEGER NOT NULL, node TEXT NOT NULL, received REAL NOT NULL,
+  series BLOB NOT NULL, PRIMARY KEY (job_id, node));
+CREATE INDEX IF NOT EXISTS node_series_kept_received ON node_series_kept (received);
 CREATE INDEX IF NOT EXISTS jobs_end ON jobs (end);
 CREATE INDEX IF NOT EXISTS jobs_user_end ON jobs (user, end);
 CREATE INDEX IF NOT EXISTS jobs_waste ON jobs (wasted_gpu_hours);
@@ -46,6 +49,34 @@ def default_path(cfg) -> str:
     return cfg.controller.store or os.path.join(cfg.general.state_dir, "cluster.sqlite")
 
 
+DONE_STATES = ("done", "unavailable", "skipped", "orphan")   # the queue's final states (``queue.FINAL_STATES``)
+KEEP_POINTS = 48         # a compacted node series: points a column, twice what phases read (diagnosis.phases: 24)
+KEEP_LEVELS = 100        # and steps of its peak (1 %: phases are told apart by tens of percent)
+UPKEEP_EVERY_S = 60.0
+
+
+def thinned(value: dict, points: int) -> dict:
+    """A series.v1 value with each column averaged into at most ``points`` equal-count buckets (pure)."""
+    def cols(c: dict) -> dict:
+        out = {}
+        for k, vals in c.items():
+            if not isinstance(vals, list) or len(vals) <= points:
+                out[k] = vals
+                continue
+            step = len(vals) / points
+            out[k] = []
+            for b in range(points):
+                got = [v for v in vals[int(b * step):int((b + 1) * step)] if isinstance(v, (int, float))]
+                out[k].append(int(round(sum(got) / len(got))) if got else None)
+        return out
+
+    out = dict(value)
+    if isinstance(value.get("t"), list):
+        out["t"] = cols({"t": value["t"]})["t"]
+    out["gpus"] = {g: cols(c) for g, c in (value.get("gpus") or {}).items() if isinstance(c, dict)}
+    return out
+
+
 def _pack(summary: dict) -> bytes:
     return zlib.compress(jsoncodec.dumps(summary), 6)
 
@@ -53,6 +84,27 @@ def _pack(summary: dict) -> bytes:
 def _unpack(blob: bytes) -> dict:
     # a job's blob is its AdminComment payload's bytes (``admincomment.compressed``: preset dictionary)
     return jsoncodec.loads(admincomment.inflate(blob, 1 << 30))
+
+
+class Upkeep:
+    """What keeps the store small, run by the service's scheduler (``run`` each tick, working once a minute):
+    node summaries ``after_s`` after they came (the job's late window over) lose the summary the merged job
+    holds, and their series go to ``KEEP_POINTS`` points in ``KEEP_LEVELS`` steps; series older than
+    ``keep_days`` (``controller.series_keep_days``, 0: kept) are deleted."""
+
+    def __init__(self, store: "ClusterStore", keep_days: float, after_s: float):
+        self.store, self.keep_days, self.after_s = store, keep_days, after_s
+        self.mark = 0.0      # node summaries received before this were compacted (or not done with then)
+        self.at = 0.0
+
+    def run(self, now: float) -> None:
+        """Compact and expire what is due, at most once per ``UPKEEP_EVERY_S``; the caller commits."""
+        if now - self.at < UPKEEP_EVERY_S:
+            return
+        self.at = now
+        _, self.mark = self.store.compact(self.mark, now - self.after_s, KEEP_POINTS, KEEP_LEVELS)
+        if self.keep_days > 0:
+            self.store.drop_series(now - self.keep_days * 86400.0)
 
 
 class ClusterStore:
@@ -127,6 +179,31 @@ class ClusterStore:
         if commit:
             self.db.commit()
 
+    def compact(self, since: float, until: float, points: int, levels: int, limit: int = 2000) -> tuple[int, float]:
+        """Node summaries received in [since, until) of jobs the queue is done with (``DONE_STATES``, no late merge
+        pending) leave ``node_summaries`` (the merged job's summary holds what they said); their series move to
+        ``node_series_kept`` at ``points`` a column in ``levels`` steps (the resolution phases need, not the
+        charts of the job's first minutes): rows written afresh pack their pages, where shrinking them in place
+        left pages part empty (12.3 KB a job against 6.2). (rows compacted, where the next call starts: ``until``,
+        or the last row's time when ``limit`` stopped it.)"""
+        rows = self.db.execute(
+            "SELECT n.job_id, n.node, n.series, n.received FROM node_summaries n JOIN ended e ON e.job_id=n.job_id "
+            f"WHERE n.received >= ? AND n.received < ? AND e.state IN ({','.join('?' * len(DONE_STATES))}) "
+            "AND (e.late IS NULL OR e.late < 0) ORDER BY n.received LIMIT ?", (since, until, *DONE_STATES, limit)).fetchall()
+        for job_id, node, blob, received in rows:
+            value = series_mod.unpack(blob) if blob else None
+            small = series_mod.pack(thinned(value, points), levels) if value is not None else None
+            if small is not None:
+                self.db.execute("INSERT OR REPLACE INTO node_series_kept VALUES (?,?,?,?)",
+                                (job_id, node, received, small if len(small) < len(blob) else blob))
+            self.db.execute("DELETE FROM node_summaries WHERE job_id=? AND node=?", (job_id, node))
+        return len(rows), (rows[-1][3] if len(rows) >= limit else until)
+
+    def drop_series(self, before: float, limit: int = 5000) -> int:
+        """Kept series of node summaries received before ``before`` deleted (``controller.series_keep_days``)."""
+        return self.db.execute("DELETE FROM node_series_kept WHERE rowid IN (SELECT rowid FROM node_series_kept "
+                               "WHERE received < ? LIMIT ?)", (before, limit)).rowcount
+
     def node_summaries(self, job_id: int, trim: Callable[[str, dict], Any] | None = None) -> dict[str, dict]:
         """node -> summary of every node that reported for a job; ``trim(node, summary)`` takes out what the
         caller does not need as each is read (a merge of thousands of nodes holds only what it joins)."""
@@ -141,8 +218,9 @@ class ClusterStore:
 
     def node_series(self, job_id: int) -> dict[str, dict]:
         """node -> the gpuperf.series.v1 value it sent with its summary (nodes that sent one)."""
-        rows = self.db.execute("SELECT node, series FROM node_summaries WHERE job_id=? AND series IS NOT NULL",
-                               (int(job_id),))
+        rows = self.db.execute("SELECT node, series FROM node_summaries WHERE job_id=? AND series IS NOT NULL "
+                               "UNION ALL SELECT node, series FROM node_series_kept WHERE job_id=?",
+                               (int(job_id), int(job_id)))
         out = {}
         for node, blob in rows:
             value = series_mod.unpack(blob)

@@ -151,9 +151,9 @@ class JobQueue:
     def note_late(self, job_id: int, now: float) -> bool:
         """A node summary came for this job: when the job was merged without it, its one late merge is due when
         its last node has reported, else ``LATE_GRACE_S`` after its end. False when nothing is due (not merged,
-        merged with that node, or its late merge made: the summary is stored only)."""
+        merged with that node, its late merge made or its window over: the summary is stored only)."""
         r = self.db.execute("SELECT nodes, ended, late, state FROM ended WHERE job_id=?", (job_id,)).fetchone()
-        if r is None or r[3] not in MERGED_STATES or (r[2] is not None and r[2] <= LATE_DONE):
+        if r is None or r[3] not in MERGED_STATES or (r[2] is not None and r[2] <= LATE_DONE) or now > r[1] + LATE_GRACE_S:
             return False
         reported = {n for (n,) in self.db.execute("SELECT node FROM node_summaries WHERE job_id=?", (job_id,))}
         merged = self.db.execute("SELECT nodes FROM jobs WHERE job_id=?", (job_id,)).fetchone()

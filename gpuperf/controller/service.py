@@ -31,7 +31,7 @@ from typing import Callable
 from gpuperf.files import config as config_mod, jobdirs, log
 from gpuperf.controller import accounting, clusterstore, merge, mergework, notices
 from gpuperf.controller.collector import Collector
-from gpuperf.controller.queue import JobQueue, batch_sizes
+from gpuperf.controller.queue import LATE_GRACE_S, JobQueue, batch_sizes
 from gpuperf.fleet import ingest as fleet_ingest
 from gpuperf.fleet.fingerprint import FleetStore, default_path as fleet_path
 
@@ -82,6 +82,7 @@ class Service:
         # before a restart), then those a summary or notice came for
         self._check: set[int] = self.queue.waiting()
         self._large = mergework.LargeMerges(cfg, self.path)
+        self._upkeep = clusterstore.Upkeep(self.store, cfg.controller.series_keep_days, LATE_GRACE_S + 60.0)
         # (job, node) -> the summary as the collector parsed it: a merge need not read and decode it again
         self._parsed: dict[tuple[int, str], dict] = {}
         self.log = log.get("controller")
@@ -93,7 +94,8 @@ class Service:
         for name, step in (("notices", self._take_notices), ("fleet", self._take_arrived),
                            ("merge", lambda: self._merge_due(now)), ("large", self._take_large), ("orphans", lambda: self._orphans(now)),
                            ("results", lambda: self._take_results(now)), ("commit", self.store.db.commit),
-                           ("dispatch", lambda: self._dispatch(now)), ("jobdirs", lambda: self._prune_job_dirs(now))):
+                           ("dispatch", lambda: self._dispatch(now)), ("jobdirs", lambda: self._prune_job_dirs(now)),
+                           ("upkeep", lambda: self._upkeep.run(now))):
             t0 = time.thread_time()
             step()
             # where the scheduler's CPU goes, for the status line and the benchmarks

@@ -166,6 +166,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "orphan_after_s": Key(float, 3600.0, "a node summary whose job slurmctld never reported ending is merged "
                               "(and flagged) after this long", validate=_positive),
         "series_points": Key(int, 500, "points per metric per GPU in the series a node summary carries (0: none)"),
+        "series_keep_days": Key(float, 90.0, "the controller's store keeps node series this long (100 points a metric "
+                                "after a job's first ~11 minutes); 0: for ever"),
     },
     "fleet": {
         "store": Key(str, "", "controller's fleet fingerprints (SQLite); empty: <state_dir>/fleet.sqlite"),

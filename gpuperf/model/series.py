@@ -133,15 +133,16 @@ def _zigzag_deltas(vals: list[int]) -> list[int]:
     return out
 
 
-def pack(value: dict) -> bytes:
-    """A series.v1 value as compact bytes (``FRAME_MAGIC`` + zlib): ~2x smaller than its zlib JSON."""
+def pack(value: dict, levels: int = LEVELS) -> bytes:
+    """A series.v1 value as compact bytes (``FRAME_MAGIC`` + zlib): ~2x smaller than its zlib JSON; ``levels``: the
+    steps a column's peak is cut into (the controller keeps old series coarser)."""
     head: dict[str, Any] = {k: value.get(k) for k in ("schema", "t0", "units")}
     head["cols"] = []
     zz: list[int] = []
     for g, k, vals in _columns(value):
         ints = [v if isinstance(v, int) else None for v in vals]
         peak = max((abs(v) for v in ints if v is not None), default=0)
-        step = 1 if k == "t" else max(1, math.ceil(peak / LEVELS))
+        step = 1 if k == "t" else max(1, math.ceil(peak / levels))
         nones = [i for i, v in enumerate(ints) if v is None]
         q, last = [], 0
         for v in ints:

@@ -292,7 +292,7 @@ def test_a_late_summary_brings_one_more_merge_and_then_none(tmp_path):
     assert [e.job_id for e in q.due_late(grace)] == [9]
     assert q.due_late(grace + 1) == []
     _reported(st, 9, "c")
-    assert not q.note_late(9, grace + 5)                              # the one late merge was made
+    assert not q.note_late(9, grace - 5)                              # the one late merge was made
     assert q.due_late(grace + 10) == []
     # the last node in before the grace: merged again at once; a node the merge had: nothing
     q.add(10, ["a", "b"], "u", 1, 1000.0)
@@ -347,3 +347,36 @@ def test_a_large_job_merges_on_its_own_thread_while_the_others_go_on(tmp_path, m
     assert admincomment.decode(text)["nodes"] == big and len(text.encode()) <= 4096
     svc._large.close()
     svc.store.close()
+
+
+def test_the_store_keeps_a_done_jobs_series_small_and_drops_them_after_the_admins_days(tmp_path):
+    # after a job's late window its node summaries are in the merged summary: only their series stay, at the
+    # resolution phases need (100 points, 1 % steps); older than controller.series_keep_days they go
+    from gpuperf.controller import clusterstore
+
+    st, q = _queue_with_store(tmp_path)
+    import random
+
+    r = random.Random(3)
+    t = [float(i) for i in range(500)]
+    # plateaus with 1 % noise, as a GPU's activity looks (white noise would not shrink)
+    ser = series.compact({"0": {"t": t, "sm_active_pct": [50.0 + r.gauss(0, 1) + (i // 100) * 10 for i in range(500)],
+                                "power_w": [300.0 + r.gauss(0, 5) + (i // 100) * 40 for i in range(500)]}}, 500)
+    s = summary.node_summary(aggregates(job_id=5, node="a", ngpus=1), context(job_id=5, node="a"))
+    for job in (5, 6):
+        st.put_node_summary(dict(s, job_id=job), 0, series=series.pack(ser), commit=False)
+        q.add(job, ["a"], "u", 1, 0.0)
+    q.set_merged(5, None, "done", 1.0)            # job 6 still waits for its write: kept whole
+    full = len(st.db.execute("SELECT series FROM node_summaries WHERE job_id=5").fetchone()[0])
+    up = clusterstore.Upkeep(st, keep_days=1.0, after_s=600.0)
+    now = st.db.execute("SELECT max(received) FROM node_summaries").fetchone()[0] + 601.0
+    up.run(now)
+    (small,) = st.db.execute("SELECT series FROM node_series_kept WHERE job_id=5").fetchone()
+    assert st.node_summaries(5) == {} and len(small) < full / 2
+    got = st.node_series(5)["a"]
+    assert len(got["gpus"]["0"]["sm_active_pct"]) == clusterstore.KEEP_POINTS
+    assert abs(sum(got["gpus"]["0"]["sm_active_pct"]) / clusterstore.KEEP_POINTS - sum(ser["gpus"]["0"]["sm_active_pct"]) / 500) < 2
+    assert set(st.node_summaries(6)) == {"a"}      # not done with: whole
+    up.run(now + 30)                               # once a minute
+    up.run(now + 2 * 86400)
+    assert st.node_series(5) == {} and set(st.node_series(6)) == {"a"}   # a job not done with keeps its rows whole

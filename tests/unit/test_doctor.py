@@ -312,6 +312,12 @@ def test_collector_finding_says_where_its_address_came_from():
     assert explicit.status == "fail" and explicit.detail == "collector tcp://ctl:9403 unreachable: Connection refused"
 
 
+def test_the_controller_says_how_long_its_store_keeps_node_series():
+    kept = _finding(dict(GOOD, controller=True, series_keep_days=90.0), "store")
+    assert kept.status == "ok" and kept.detail.startswith("node series kept 90 days (controller.series_keep_days)")
+    assert "for ever" in _finding(dict(GOOD, controller=True, series_keep_days=0.0), "store").detail
+
+
 def test_role_auto_is_controller_on_any_slurmctld_host_and_node_where_scontrol_knows_it():
     one = _show_config("SlurmctldHost[0] = ctl(10.0.0.1)\n")  # Slurm has no default: at least one is required
     assert doctor.roles("auto", one, {"ctl"}, node_known=False) == (True, False)
