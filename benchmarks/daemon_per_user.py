@@ -9,8 +9,8 @@ daemon runs the health, register, env and affinity steps; the job is finalised a
 - ``flood``  the job user (``tests/cluster/host.py``'s TEST_USER) sends hostile ``taskenv`` requests on
              ``user.sock`` at the rate limit (20/s), cycling findings 1, 3 and 5: its finished job's
              ``env.json`` holding a 900,000-character key, a 5,000-digit ``SLURM_CPUS_PER_TASK``, a step id
-             naming ``/../../``; 6 blocks of 10 s flood and 10 s quiet, alternated (60 s of flood), while
-             root runs prologs at 10/s. Root's log growth over the flood; prolog p99 in flood vs quiet blocks.
+             naming ``/../../``; 12 blocks of 5 s flood and 5 s quiet, alternated (60 s of flood), while
+             root runs prologs back to back (a 50 ms pause between). Root's log growth over the flood; prolog p99 in flood vs quiet blocks.
 - ``stuck``  a process of the job user whose ``/proc/PID/environ`` never answers: a FIFO bind-mounted over it
              in the daemon's mount namespace (a stand-in for a FUSE page the kernel waits on); one job
              registered, so the host scan reads every process's environment. 30 s: sweeps done, prologs on
@@ -20,7 +20,7 @@ daemon runs the health, register, env and affinity steps; the job is finalised a
              minus p99 of B, with a bootstrap 95% interval: what a sweep of 8 GPUs and 64 jobs costs a prolog.
 
     python3 benchmarks/daemon_per_user.py [--tree DIR] [--only flood,stuck,sweep] [--out FILE.json]
-    python3 benchmarks/daemon_per_user.py --render NEW.json [OLD.json]
+    python3 benchmarks/daemon_per_user.py --render NEW.json [OLD.json [CLUSTER.json]]
 
 ``--tree`` runs another checkout's gpuperf (e.g. the code before issue 36) with the same parts. Needs root
 (cgroups, a user's uid, ``unshare``/``mount``); leaves no process, mount or cgroup behind. Over 400 lines: the
@@ -229,7 +229,7 @@ def _job_dir(d: Daemon, job: int, plan: dict, uid: int) -> None:
     os.chmod(p, 0o600)
 
 
-def flood(tree: Path, blocks: int = 6, block_s: float = 10.0) -> dict:
+def flood(tree: Path, blocks: int = 12, block_s: float = 5.0) -> dict:
     user = ensure_user()
     d = Daemon(tree, "flood")
     try:
@@ -256,7 +256,7 @@ def flood(tree: Path, blocks: int = 6, block_s: float = 10.0) -> dict:
                     out["unanswered"][phase] += 1
                 else:
                     out[phase].append(ms)
-                time.sleep(0.1)
+                time.sleep(0.05)
             if fl is not None:
                 out["requests"].append(json.loads(fl.communicate(timeout=30)[0]))
             out[f"log_{phase}_bytes"] += (d.log.stat().st_size if d.log.exists() else 0) - size0
@@ -383,7 +383,32 @@ def _section(r: dict, label: str) -> list[str]:
     return out
 
 
-def render(new: dict, old: dict | None = None) -> str:
+def _cluster(fig: dict) -> list[str]:
+    """The Slurm test cluster's figures (``tests/integration/test_daemon_per_user_slurm.py``)."""
+    out = [f"### On the Slurm test cluster: commit {fig.get('commit', '?')}", "",
+           "The same parts through the cluster's node daemon, run as its unit runs it (the unit's ExecStart in a memory "
+           "cgroup at its MemoryMax: `tests/integration/test_hostile_files_slurm.py`'s set-up), the user the cluster's "
+           "job user, the plan their own finished job's; root's log the cluster's `log/gpuperf.log` (every gpuperf "
+           "process's). Run by `tests/integration/test_daemon_per_user_slurm.py`.", ""]
+    f = fig.get("flood")
+    if f:
+        sent = sum(x.get("sent", 0) for x in f["requests"])
+        d99 = boot_diff(f["flood"], f["quiet"]) if f["flood"] and f["quiet"] else (float("nan"),) * 3
+        out += [f"**flood**: {sent} hostile `taskenv` requests in 60 s, every one answered and refused. Root's log grew "
+                f"{f['log_flood_bytes']:,} B over the flood blocks ({f['log_flood_hostile_bytes']:,} B of lines naming the user "
+                f"or `taskenv`), {f['log_quiet_bytes']:,} B over the quiet ones. Prolog (`hook.sock`) p50 / p99 ms (n): "
+                f"flood {_ms(f['flood'])}, quiet {_ms(f['quiet'])}; p99 flood minus quiet {d99[0]:+.1f} ms "
+                f"({d99[1]:+.1f} to {d99[2]:+.1f}).", ""]
+    st = fig.get("stuck")
+    if st:
+        out += [f"**stuck** (a FIFO bind-mounted over `/proc/{st['pid']}/environ`, a process of the job user, while their "
+                f"job ran; 20 s): {st['sweeps']} sweeps; prologs p50 / p99 ms {_ms(st['prolog_ms'])}, unanswered "
+                f"{st['prolog_unanswered']}; pings {_ms(st['ping_ms'])}, unanswered {st['ping_unanswered']}; a whole job "
+                f"of the user through Slurm's prolog and epilog completed. Log: {'; '.join(st['named'])}", ""]
+    return out
+
+
+def render(new: dict, old: dict | None = None, cluster: dict | None = None) -> str:
     """The results page from one run of this tree and, optionally, one of the code before."""
     lines = ["<!-- rendered by benchmarks/daemon_per_user.py --render from its runs: do not edit the numbers -->",
              "# What one user can cost the node daemon (issue 36)", "",
@@ -398,6 +423,8 @@ def render(new: dict, old: dict | None = None) -> str:
     lines += _section(new, "With issue 36")
     if old:
         lines += _section(old, "Before issue 36")
+    if cluster:
+        lines += _cluster(cluster)
     return "\n".join(lines) + "\n"
 
 
@@ -410,7 +437,7 @@ def main() -> int:
     ap.add_argument("--tree", type=Path, default=ROOT)
     ap.add_argument("--only", default="flood,stuck,sweep")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--render", nargs="+", type=Path, help="NEW.json [OLD.json]: write the results page")
+    ap.add_argument("--render", nargs="+", type=Path, help="NEW.json [OLD.json [CLUSTER.json]]: write the results page")
     args = ap.parse_args()
     if args.render:
         page = render(*[json.loads(p.read_text()) for p in args.render])
