@@ -26,6 +26,9 @@ Nsight Compute, Nsight Systems, another CUPTI injection tool): such a tool repla
 job's kernels and shares the GPU's performance counters, so the sweep counts that job's activity
 figures on that GPU as missing (``model/profiled.py``). Its answer is cached like the job's. The
 markers are the user's to set as well: they only blank the figures of the process's own job.
+
+``/proc/PID/maps`` of a job's CUDA process says which framework its advice may name (``diagnosis/frameworks.py``):
+read once per process through the same deadline (it takes the memory-map lock a FUSE fault holds), bounded.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from gpuperf.daemon.procread import Deadline
+from gpuperf.daemon.procread import Deadline, read_maps
+from gpuperf.diagnosis import frameworks
 
 _ENV_KEYS = (b"SLURM_JOB_ID=", b"SLURM_JOBID=")
 ENVIRON_MAX_BYTES = 8 << 20   # above the kernel's 6 MiB for arguments + environment
@@ -132,7 +136,8 @@ class Attributor:
     _cache: dict[tuple[int, int], int | None] = field(default_factory=dict)
     _profilers: dict[tuple[int, int], str | None] = field(default_factory=dict)
     _cgroup_jobs: dict[str, int] = field(default_factory=dict)
-    deadline: Deadline = field(default_factory=Deadline)   # environ reads run off the caller's thread
+    deadline: Deadline = field(default_factory=Deadline)   # environ and maps reads run off the caller's thread
+    _frameworks: dict[tuple[int, int], list[str] | None] = field(default_factory=dict)
 
     def _read(self, pid: int, name: str, binary: bool = False) -> bytes | str | None:
         try:
@@ -231,6 +236,23 @@ class Attributor:
                                                       lambda: profiler_in(self._environ_entries(pid)))
         return job, self._profilers[key]
 
+    def frameworks_of(self, pid: int) -> list[str] | None:
+        """The frameworks a process mapped (``diagnosis.frameworks.from_maps`` of /proc/PID/maps, read bounded and
+        within the deadline, as the environment is), once per process; None: not read (gone, or hung)."""
+        st = self._stat(pid)
+        if st is None:
+            return None
+        key = (pid, st[1])
+        if key not in self._frameworks:
+            if len(self._frameworks) > 10000:
+                self._frameworks.clear()
+            self._frameworks[key] = self.deadline.call(pid, self._owner(pid), lambda: self._maps(pid))
+        return self._frameworks[key]
+
+    def _maps(self, pid: int) -> list[str] | None:
+        text = read_maps(self.proc_root, pid, frameworks.MAX_BYTES)
+        return None if text is None else frameworks.from_maps(text)
+
     def _resolve(self, pid: int, ppid: int) -> int | None:
         job = self._env_job(pid)
         if job is not None:
@@ -311,16 +333,22 @@ class Mismatches:
         self.attr, self.running, self.store, self.stats = attr, running, store, stats
         self._seen: set[tuple[int, int, int | None]] = set()
         self._profiled_seen: set[tuple[int, int, int]] = set()
+        self.frameworks: dict[int, list[str] | None] = {}     # pid -> what it mapped, from the last ``attribute``
 
     def attribute(self, samples: Iterable[Any]) -> dict[int, list[tuple[int, int | None, str | None]]]:
         """GPU -> (pid, job, profiler) of each sample's processes: the procfs reads, done before the daemon's
         state is locked (a read that hangs costs its deadline once, never a hook's wait)."""
         out: dict[int, list[tuple[int, int | None, str | None]]] = {}
+        self.frameworks = {}
         for s in samples:
             for p in s.processes or ():
                 pid = p.get("pid") if isinstance(p, dict) else None
                 if isinstance(pid, int):
-                    out.setdefault(s.gpu, []).append((pid, *self.attr.job_and_profiler(pid)))
+                    job, tool = self.attr.job_and_profiler(pid)
+                    out.setdefault(s.gpu, []).append((pid, job, tool))
+                    if job is not None:
+                        # the libraries this CUDA process mapped: the framework its job's advice may name
+                        self.frameworks[pid] = self.attr.frameworks_of(pid)
         return out
 
     def check(self, t: float, samples: Iterable[Any], gpu_jobs: dict[int, list[int]],
@@ -339,6 +367,8 @@ class Mismatches:
             pairs = []
             for pid, job, tool in procs:
                 pairs.append((pid, job))
+                if job in registered and job in self.running:
+                    self.running[job].agg.note_frameworks(self.frameworks.get(pid))
                 if tool is not None and job in registered:
                     self._note_profiler(t, profiled.setdefault(job, {}), s.gpu, pid, job, tool)
             for m in mismatches(s.gpu, pairs, registered):

@@ -1,4 +1,5 @@
-"""Reads of another process's memory (``/proc/PID/environ``) off the caller's thread, with a deadline.
+"""Reads of another process's memory (``/proc/PID/environ``, ``/proc/PID/maps``) off the caller's thread, with a
+deadline.
 
 Such a read faults in the target's pages: a user who maps a FUSE file over its own environment and never
 answers makes it block for ever (issue 36, finding 2), and the daemon's loop, its sweeps and its sockets
@@ -11,6 +12,7 @@ has the rest of its processes skipped without a wait or a thread.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from typing import Any, Callable
@@ -85,3 +87,21 @@ class Deadline:
         self.log.warning("pid %d (uid %s): /proc/%d/environ did not answer in %.1f s: skipped", pid, uid, pid,
                          self.deadline_s)
         return None
+
+
+def read_maps(proc_root: str, pid: int, max_bytes: int, chunk: int = 64 << 10) -> str | None:
+    """``/proc/PID/maps`` (the regions a process mapped), at most ``max_bytes`` of it, read in chunks; None when the
+    process is gone or unreadable. Call it through ``Deadline.call``: the read takes the process's memory-map lock,
+    which a process blocked in a page fault (a FUSE file that never answers) holds."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "maps"), "rb", buffering=0) as f:
+            parts, total = [], 0
+            while total < max_bytes:
+                got = f.read(chunk)
+                if not got:
+                    break
+                parts.append(got)
+                total += len(got)
+    except OSError:
+        return None
+    return b"".join(parts)[:max_bytes].decode("utf-8", "replace")

@@ -291,6 +291,7 @@ class JobAggregates:
     gaps: list[list[float]] = field(default_factory=list)
     partial: bool = False
     host: HostAggregate = field(default_factory=HostAggregate)
+    frameworks: list[str] | None = None     # what the job's CUDA processes mapped (diagnosis/frameworks.py); None: unread
 
     @classmethod
     def new(cls, job_id: int, node: str | None, gpus: Iterable[int], start: float, interval_s: float,
@@ -335,6 +336,11 @@ class JobAggregates:
         self.last_t = t
         return True
 
+    def note_frameworks(self, names: list[str] | None) -> None:
+        """Add the frameworks one of the job's CUDA processes mapped (None: its maps were not read)."""
+        if names is not None:
+            self.frameworks = sorted(set(self.frameworks or []) | {str(n) for n in names})
+
     def error_counters(self, counters: dict[str, dict[str, int]], at_end: bool) -> None:
         """Record the error counters (``model.gpuerrors.counters``) at register or at the end."""
         for idx, g in self.gpus.items():
@@ -364,6 +370,7 @@ class JobAggregates:
             "interval_s": self.interval_s,
             "gaps": [list(g) for g in self.gaps],
             "partial": self.partial,
+            "frameworks": None if self.frameworks is None else list(self.frameworks),
         }
 
     def to_state(self) -> dict[str, Any]:
@@ -371,7 +378,7 @@ class JobAggregates:
         return {"schema": STATE_SCHEMA, "job_id": self.job_id, "node": self.node, "start": self.start,
                 "interval_s": self.interval_s, "end": self.end, "last_t": self.last_t,
                 "gaps": [list(g) for g in self.gaps], "partial": self.partial, "host": self.host.to_state(),
-                "gpus": [g.to_state() for g in self.gpus.values()]}
+                "gpus": [g.to_state() for g in self.gpus.values()], "frameworks": self.frameworks}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> "JobAggregates":
@@ -381,6 +388,7 @@ class JobAggregates:
         gpus = {int(g["gpu"]): GpuAggregate.from_state(g) for g in d["gpus"]}
         return cls(job_id=int(d["job_id"]), node=d["node"], gpus=gpus, start=float(d["start"]),
                    interval_s=float(d["interval_s"]), end=d["end"], last_t=d["last_t"],
-                   gaps=[list(g) for g in d["gaps"]], partial=bool(d["partial"]), host=HostAggregate.from_state(d["host"]))
+                   gaps=[list(g) for g in d["gaps"]], partial=bool(d["partial"]), host=HostAggregate.from_state(d["host"]),
+                   frameworks=[str(x) for x in d["frameworks"]] if isinstance(d.get("frameworks"), list) else None)
 
     from_dict = from_state

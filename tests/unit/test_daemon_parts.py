@@ -324,6 +324,9 @@ class _Attr:
     def job_and_profiler(self, pid: int) -> tuple[int | None, str | None]:
         return self.jobs.get(pid), self.profilers.get(pid)
 
+    def frameworks_of(self, pid: int) -> list[str] | None:
+        return None         # maps not read: the advice stays framework-neutral
+
 
 class _Pub:
     def __init__(self) -> None:

@@ -117,3 +117,58 @@ def test_the_summary_carries_the_frameworks_read_and_a_merge_their_union():
     assert summary.merge([n1, n2], ["n1", "n2"])["frameworks"] == ["torch"]
     assert summary.node_summary(aggregates(ngpus=1), context())["frameworks"] is None
     assert diagnosis.diagnose(dict(n2, frameworks=None)).cls == n2["diagnosis"]["class"]
+
+
+# the daemon's read: /proc/PID/maps of a job's CUDA process, beside its environment, through the same deadline
+
+def _proc(root, pid: int, maps_text: str, env: bytes = b"SLURM_JOB_ID=7\0", cgroup: str = "/a"):
+    from test_profiled import _fake_proc
+
+    d = _fake_proc(root, pid, env, cgroup=cgroup)
+    (d / "maps").write_text(maps_text)
+    return d
+
+
+def test_the_daemon_reads_a_jobs_process_maps_once_within_the_deadline_and_bounded(tmp_path):
+    from gpuperf.daemon.attribution import Attributor, Mismatches
+    from gpuperf.model.aggregates import JobAggregates
+    from gpuperf.samplers.base import GpuSample
+
+    d = _proc(tmp_path, 500, TORCH)
+    _proc(tmp_path, 501, CUPY, env=b"PATH=/bin\0", cgroup="/b")         # a process of no job: not read
+    attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"))
+    assert attr.frameworks_of(500) == ["torch"] and attr.frameworks_of(999) is None     # gone: not read
+    (d / "maps").write_text(PLAIN)
+    assert attr.frameworks_of(500) == ["torch"]                                          # once per process
+
+    class Run:
+        agg = JobAggregates.new(7, "n1", [0], 0.0, 1.0)
+
+    class Store:
+        def add_event(self, *a):
+            pass
+
+    running = {7: Run()}
+    m = Mismatches(attr, running, Store(), {"mismatches": 0})
+    sample = GpuSample(gpu=0, t=1.0, processes=[{"pid": 500}, {"pid": 501}])
+    m.check(1.0, [sample], {0: [7]})
+    assert Run.agg.to_dict()["frameworks"] == ["torch"]
+    state = JobAggregates.from_state(Run.agg.to_state())
+    assert state.frameworks == ["torch"]
+    assert JobAggregates.new(8, "n1", [0], 0.0, 1.0).to_dict()["frameworks"] is None     # nothing read: unknown
+
+
+def test_a_maps_read_that_hangs_costs_its_deadline_once_and_leaves_the_framework_unknown(tmp_path):
+    from gpuperf.daemon.attribution import Attributor
+    from gpuperf.daemon.procread import Deadline
+    import threading
+
+    _proc(tmp_path, 600, TORCH)
+    gate = threading.Event()
+    attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"),
+                      deadline=Deadline(deadline_s=0.2))
+    attr._maps = lambda pid: gate.wait(30)             # a read blocked in the kernel (a FUSE fault)
+    t0 = time.monotonic()
+    assert attr.frameworks_of(600) is None and attr.frameworks_of(600) is None
+    assert time.monotonic() - t0 < 2.0
+    gate.set()
