@@ -90,7 +90,7 @@ print(json.dumps({"sent": sent, "answered": answered}))
 # the ``slow`` part, in a process of the tree's own: two daemons in-process, sampling 8 GPUs in 30 ms as NVML
 # does (a sleep), A sweeping at 10 Hz with 64 jobs, B not sweeping; root's prologs on hook.sock alternate A, B
 SLOW = r'''
-import json, sys, tempfile, threading, time
+import json, shutil, sys, tempfile, threading, time
 sys.path.insert(0, sys.argv[1])
 from gpuperf.daemon import hooksock
 from gpuperf.daemon.server import Daemon
@@ -122,7 +122,10 @@ def start(interval):
                xid_source=None, prolog=indaemon.run)
     threading.Thread(target=d.run, daemon=True).start()
     d.ready.wait(30)
+    bases.append(base)
     return d, cfg
+
+bases = []
 
 def prolog(cfg, job):
     env = {"SLURM_JOB_ID": str(job), "SLURM_JOB_UID": "0", "SLURM_JOB_USER": "root", "SLURM_JOB_GPUS": "0,1",
@@ -150,6 +153,8 @@ out["sweeps_a"], out["sweep_s_a"] = a.stats["sweeps"], a.stats["sweep_s"]
 out["sweeps_b"], out["running_a"] = b.stats["sweeps"], len(a.running)
 a.stop(); b.stop()
 time.sleep(1)
+for base in bases:
+    shutil.rmtree(base, ignore_errors=True)
 print(json.dumps(out))
 '''
 

@@ -71,8 +71,8 @@ class LogBudget:
         return ok, before
 
 
-CPU_PER_S = 0.25        # CPU seconds a second one uid's user-socket requests may cost the daemon
-CPU_BURST_S = 1.0
+CPU_PER_S = 0.05        # CPU seconds a second one uid's user-socket requests may cost the daemon: a quarter of
+CPU_BURST_S = 0.25      # the unit's CPUQuota=20% (a report's series, a task's plan: milliseconds each)
 
 
 class CpuBudget:

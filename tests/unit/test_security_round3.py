@@ -350,3 +350,33 @@ def test_absent_the_daemon_never_reads_a_plan_larger_than_its_bound(tmp_path):
     ops, cfg = _taskenv_ops(tmp_path, _plan(20))
     rep = _taskenv(ops, cfg)
     assert rep["done"] and len(jsonlite.dumps(_plan(20))) < taskdaemon.PLAN_MAX_BYTES // 4
+
+
+def test_the_user_socket_refuses_a_user_past_their_cpu_budget(tmp_path):
+    """Finding 5 through the real listener: requests that each cost 0.2 CPU s are served while the uid's budget
+    lasts (0.25 CPU s, refilled at 0.05 a second: two of them), then refused before they run."""
+    from gpuperf.daemon import protocol
+    from gpuperf.daemon.channels import Channels
+    from test_daemon_parts import LOG
+    from test_daemon_parts_more import _serve_until
+
+    cfg = make_cfg(tmp_path)
+    (tmp_path / "sock").mkdir(mode=0o700)
+    ran: list[int] = []
+
+    def costly(frame: bytes, uid, channel: str) -> dict:
+        t = time.thread_time()
+        while time.thread_time() - t < 0.2:
+            pass
+        ran.append(1)
+        return protocol.ok()
+
+    ch = Channels(cfg, LOG, {"requests": 0, "bad_requests": 0})
+    try:
+        replies = [_serve_until(ch, costly, lambda: usersock.call(str(tmp_path / "usock"), "jobs", None, 5.0))
+                   for _ in range(6)]
+    finally:
+        ch.close()
+    refused = [r for r in replies if not r["ok"]]
+    assert len(ran) in (2, 3) and len(refused) == 6 - len(ran)    # before: all six ran (no CPU budget)
+    assert all("share of the daemon's CPU time" in r["error"] for r in refused)
