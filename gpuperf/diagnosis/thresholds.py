@@ -78,7 +78,10 @@ DEFAULTS: dict[str, float] = {
     # occupancy reach 59-61% on both H100 and H200 (zoo_gather_random_fp32), the ceiling of that access pattern.
     # At 65% or more the bytes must stream (coalesced loads: triad/axpy 80-92%, a fused Adam step ~69%, decode
     # attention 92%): memory-bound. Under it the warps wait on where their loads go, or hold too few bytes in
-    # flight to cover the latency (Little's law): latency-bound either way.
+    # flight to cover the latency (Little's law): latency-bound either way. Judged over the time the SMs were busy
+    # (DRAM / SM activity): the ceiling is the kernels', and a host that idles the GPU dilutes the whole-time mean.
+    # Not used to set it and holding: zoo_app_cupy_pointer_chase 64% (latency), zoo_app_adam_fused_fp32 94% and
+    # zoo_app_llama_decode_bf16's decode 98% (memory).
     "stream_dram_pct": 65.0,
     # A math pipe under 10% is not at work: streaming kernels' own address arithmetic keeps the integer pipe at
     # 3-6% (triad, gathers) and elementwise kernels with math per element are at 17-30% (gelu, layernorm).

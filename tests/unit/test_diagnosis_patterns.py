@@ -304,6 +304,18 @@ def test_a_streaming_kernel_past_the_ceiling_of_scattered_accesses_is_memory_bou
     assert "coalesced" not in recs(d) and not any("sectors per request" in e for e in d.evidence), what
 
 
+def test_the_scattered_access_ceiling_is_judged_over_the_time_the_sms_were_busy():
+    # HF generate's decode (zoo_app_llama_decode): the host leaves the GPU idle 40% of the time, and the kernels
+    # stream the weights: DRAM 59% of the whole time is 98% of the kernels' time, memory-bound
+    decode = dict(util_gpu_pct=62.0, sm_active_pct=60.0, sm_occupancy_pct=5.0, tensor_active_pct=1.0,
+                  fp16_active_pct=0.0, fp32_active_pct=0.0, int_active_pct=0.5, dram_active_pct=59.0)
+    d, _ = diag(**decode)
+    assert d.cls == "memory_bound" and not any("no math pipe at work" in e for e in d.evidence)
+    # ABSENT: the same DRAM share with the SMs busy all the time is the random gathers' ceiling: latency-bound
+    d, _ = diag(**dict(decode, util_gpu_pct=100.0, sm_active_pct=98.0, sm_occupancy_pct=91.0))
+    assert d.cls == "latency_bound" and any("while the SMs were busy" in e for e in d.evidence)
+
+
 def test_the_streaming_bar_stands_above_the_measured_ceiling_of_random_gathers():
     # the rule's source (thresholds.SOURCES): random gathers on H100 and H200 reach 59-61% DRAM activity
     from gpuperf.diagnosis.thresholds import DEFAULTS, SOURCES
