@@ -134,7 +134,8 @@ class Collector:
                     stored.append(s)
             except Exception as e:  # noqa: BLE001 - one bad message must not stop the collector
                 log.get("collector").error("node summary failed: %s: %s", type(e).__name__, e)
-                reply = {"ok": False, "error": f"internal error: {type(e).__name__}"}
+                # not kept (a store locked past its timeout, a bug): the node keeps it and sends it again
+                reply = {"ok": False, "error": f"internal error: {type(e).__name__}", "retry": True}
             replies.append((m.conn, reply))
         if stored:
             try:
@@ -142,7 +143,8 @@ class Collector:
             except Exception as e:  # noqa: BLE001 - not on disk: no node may believe it was kept
                 store.db.rollback()
                 log.get("collector").error("store commit failed: %s", e)
-                replies = [(c, {"ok": False, "error": f"store: {e}"} if r.get("ok") else r) for c, r in replies]
+                replies = [(c, {"ok": False, "error": f"store: {e}", "retry": True} if r.get("ok") else r)
+                           for c, r in replies]
                 stored = []
         for conn, reply in replies:
             listener.reply(conn, reply)

@@ -41,11 +41,9 @@ class ServiceError(OSError):
 
 
 TICK_S = 0.2
-MERGE_CHUNK = 50        # merges between commits: the collector's writes wait at most one chunk for the lock
+MERGE_CHUNK, CHUNK_S = 50, 0.5   # merges (or seconds of them) between commits: the collector's writes wait that long
 PARSED_KEEP = 2000      # node summaries kept parsed from the collector until their job merges
-GPU_CHECK_EVERY_S = 10.0
-STATUS_EVERY_S = 60.0
-ORPHAN_SCAN_S = 1.0
+GPU_CHECK_EVERY_S, STATUS_EVERY_S, ORPHAN_SCAN_S = 10.0, 60.0, 1.0
 JOBDIRS_EVERY_S = 60.0   # run_dir records of jobs long over: looked for this often, at most JOBDIRS_MAX removed
 JOBDIRS_MAX = 5000
 GC_THRESHOLD = 50_000  # net allocations between cyclic collections (default 700)
@@ -150,7 +148,7 @@ class Service:
         check, self._check = self._check, set()
         due = self.queue.due_merges(now, effective_wait, check)
         due += [e for e in self.queue.due_late(now, exclude=self.in_flight) if e.job_id not in {d.job_id for d in due}]
-        empty = []
+        empty, chunk_t0 = [], time.monotonic()
         for i, e in enumerate(due):
             if len(e.nodes) > mergework.LARGE_NODES:
                 # seconds of work: on its own thread, so every other job's merge and write goes on meanwhile
@@ -162,11 +160,12 @@ class Service:
                 empty.append(e)
                 continue
             self._merge(e, parts, now)
-            if i % MERGE_CHUNK == MERGE_CHUNK - 1:
+            if i % MERGE_CHUNK == MERGE_CHUNK - 1 or time.monotonic() - chunk_t0 > CHUNK_S:
                 # a backlog (a burst of job ends): hand what is merged to the writers at once and let
                 # the collector's commits in, rather than after the whole batch
                 self.store.db.commit()
                 self._dispatch(now)
+                chunk_t0 = time.monotonic()
         if empty:
             self._merge_empty(empty, now)
 

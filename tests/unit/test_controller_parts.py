@@ -380,3 +380,30 @@ def test_the_store_keeps_a_done_jobs_series_small_and_drops_them_after_the_admin
     up.run(now + 30)                               # once a minute
     up.run(now + 2 * 86400)
     assert st.node_series(5) == {} and set(st.node_series(6)) == {"a"}   # a job not done with keeps its rows whole
+
+
+def test_a_summary_the_store_cannot_keep_is_answered_retry_not_refused():
+    # the store locked past its timeout (a loaded controller): the node must keep the summary and send it
+    # again ("retry"), not drop it as refused (it did: jobs went partial under load)
+    import sqlite3
+    import zlib
+
+    from gpuperf.controller import collector, intake, transport
+
+    class Locked:
+        def put_node_summary(self, *a, **k):
+            raise sqlite3.OperationalError("database is locked")
+
+    class Listener:
+        replies: list = []
+
+        def reply(self, conn, reply):
+            self.replies.append(reply)
+
+    s = summary.node_summary(aggregates(job_id=5, node="a", ngpus=1), context(job_id=5, node="a"))
+    body = zlib.compress(json.dumps(s).encode())
+    m = intake.Message(intake.Conn(None, "h", 0.0), transport.Sender(0, 0, ""), transport._digest(body, None), body, None)
+    c = collector.Collector.__new__(collector.Collector)
+    c.received, c.arrived, lst = 0, None, Listener()
+    c._batch(lst, Locked(), [m])
+    assert lst.replies == [{"ok": False, "error": "internal error: OperationalError", "retry": True}]

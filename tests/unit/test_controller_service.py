@@ -250,7 +250,7 @@ def test_a_summary_for_a_job_that_never_ended_is_kept_flagged_and_not_written(ru
 def test_kill_9_mid_burst_loses_nothing(munge, tmp_path):
     # the nodes' retries after the restart come one after another here (each waits out the collector's
     # GATHER_S): the wait must cover them all, or the last jobs are merged partial before their summary comes
-    cfg, path = _config(tmp_path, merge_wait_s=5.0, retry_max_s=0.3)
+    cfg, path = _config(tmp_path, merge_wait_s=20.0, retry_max_s=0.3)
     log = tmp_path / "writes.log"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
@@ -259,7 +259,15 @@ def test_kill_9_mid_burst_loses_nothing(munge, tmp_path):
         end = time.time() + 20
         while not (Path(cfg.general.state_dir) / "cluster.sqlite").exists() and time.time() < end:
             time.sleep(0.05)
-        time.sleep(0.5)
+        # the store is there from the first run: wait for the collector itself (a loaded machine starts it late)
+        import socket
+
+        while time.time() < end:
+            try:
+                socket.create_connection(transport.address(transport.controller_endpoint(cfg)), timeout=1.0).close()
+                break
+            except OSError:
+                time.sleep(0.1)
         return p
 
     jobs = list(range(1000, 1200))
