@@ -3,7 +3,8 @@
 A process's job comes from its own environment (``SLURM_JOB_ID`` in ``/proc/PID/environ``), else its
 ancestors' (a program that cleared its environment still descends from the job's task), else another
 process of the same cgroup whose environment names the job. Cgroup *names* are never parsed: Slurm 26
-names job cgroups by SLUID, older releases by job id, and both are site-configurable.
+names job cgroups by SLUID, older releases by job id, and both are site-configurable. Over 400 lines: the
+check of the answers against the registrations (``Mismatches``) reads the processes through the same reader.
 
 Results are cached by (pid, process start time), so a reused pid never inherits a stale answer and a
 sweep costs one ``stat`` read per GPU process after the first.
@@ -219,6 +220,10 @@ class Attributor:
         self._cache[key] = job
         return job
 
+    def present(self, pid: int) -> bool:
+        """Whether procfs shows process ``pid`` (NVML may list one that has exited since it sampled)."""
+        return os.path.exists(os.path.join(self.proc_root, str(pid), "stat"))
+
     def job_and_profiler(self, pid: int) -> tuple[int | None, str | None]:
         """(job, profiler) of a process: ``job_of``, and the profiler injected into it (None: none, or no job:
         a profiler only matters to the job it profiles). One stat read; the environment once per process."""
@@ -325,30 +330,45 @@ class Mismatches:
     """A sweep's GPU processes checked against the registrations (``mismatches``): each mismatch is noted in
     every job registered on that GPU (``foreign_processes``) and, once per (GPU, pid, job), recorded as a
     store event and counted in ``stats["mismatches"]``. It also says which jobs' own processes ran under a
-    profiler on which GPU (a "profiler" store event once per GPU, pid and job), for the sweep's fold."""
+    profiler on which GPU (a "profiler" store event once per GPU, pid and job), for the sweep's fold.
+
+    A process NVML lists but procfs does not show when it is read has exited in between (a job's process
+    ending at the job's last sample: its pid is gone, its job unknowable, and it no longer uses the GPU), so
+    it is left out; only one NVML keeps listing for ``UNREAD_GRACE_S`` (a pid this daemon's procfs never
+    shows) is checked, as a process of no job."""
 
     SEEN_MAX = 10000
+    UNREAD_GRACE_S = 5.0      # NVML drops an exited process within a sweep; a pid it lists this long is there
 
     def __init__(self, attr: Attributor, running: dict[int, Any], store: Any, stats: dict[str, float]):
         self.attr, self.running, self.store, self.stats = attr, running, store, stats
         self._seen: set[tuple[int, int, int | None]] = set()
         self._profiled_seen: set[tuple[int, int, int]] = set()
         self.frameworks: dict[int, list[str] | None] = {}     # pid -> what it mapped, from the last ``attribute``
+        self._unread: dict[tuple[int, int], float] = {}   # (GPU, pid) NVML lists, procfs does not -> since when
 
     def attribute(self, samples: Iterable[Any]) -> dict[int, list[tuple[int, int | None, str | None]]]:
         """GPU -> (pid, job, profiler) of each sample's processes: the procfs reads, done before the daemon's
-        state is locked (a read that hangs costs its deadline once, never a hook's wait)."""
+        state is locked (a read that hangs costs its deadline once, never a hook's wait). A process procfs
+        no longer shows is left out until NVML has listed it for UNREAD_GRACE_S."""
         out: dict[int, list[tuple[int, int | None, str | None]]] = {}
+        unread: dict[tuple[int, int], float] = {}
         self.frameworks = {}
         for s in samples:
             for p in s.processes or ():
                 pid = p.get("pid") if isinstance(p, dict) else None
-                if isinstance(pid, int):
-                    job, tool = self.attr.job_and_profiler(pid)
-                    out.setdefault(s.gpu, []).append((pid, job, tool))
-                    if job is not None:
-                        # the libraries this CUDA process mapped: the framework its job's advice may name
-                        self.frameworks[pid] = self.attr.frameworks_of(pid)
+                if not isinstance(pid, int):
+                    continue
+                job, tool = self.attr.job_and_profiler(pid)
+                if job is None and not self.attr.present(pid):
+                    since = unread[(s.gpu, pid)] = self._unread.get((s.gpu, pid), s.t)
+                    if s.t - since < self.UNREAD_GRACE_S:
+                        continue
+                out.setdefault(s.gpu, []).append((pid, job, tool))
+                if job is not None:
+                    # the libraries this CUDA process mapped: the framework its job's advice may name
+                    self.frameworks[pid] = self.attr.frameworks_of(pid)
+        self._unread = unread
         return out
 
     def check(self, t: float, samples: Iterable[Any], gpu_jobs: dict[int, list[int]],

@@ -4,6 +4,7 @@ rule, and per-job host usage from procfs."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from gpuperf.daemon import hostusage
-from gpuperf.daemon.attribution import (Attributor, mismatches, parse_cgroup, parse_environ_job, parse_stat)
+from gpuperf.daemon.attribution import (Attributor, Mismatches, mismatches, parse_cgroup, parse_environ_job,
+                                        parse_stat)
+from gpuperf.samplers.base import GpuSample
 
 
 def test_parse_environ_job():
@@ -211,3 +214,67 @@ def test_a_huge_environment_is_scanned_in_bounded_chunks(tmp_path):
     attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"))
     assert attr.job_of(400) == 77
     assert attr.job_of(401) is None
+
+
+class _Gpu:
+    def __init__(self) -> None:
+        self.foreign: dict[int, tuple] = {}
+
+    def note_foreign(self, pid: int, job_id: int | None, t: float) -> None:
+        self.foreign.setdefault(pid, (job_id, t))
+
+
+class _Agg:
+    def __init__(self, gpu: int) -> None:
+        self.gpus = {gpu: _Gpu()}
+
+    def note_frameworks(self, names: list[str] | None) -> None:
+        pass
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def add_event(self, t: float, job: int | None, kind: str, data: dict) -> None:
+        self.events.append((t, job, kind, data))
+
+
+def test_a_process_gone_between_nvml_and_procfs_is_not_foreign_a_foreign_one_still_is(tmp_path):
+    # recorded on a 4x H100 (suite at 52a714e): four one-GPU jobs side by side; the GEMM job's python
+    # (pid 1637, GPU 0) exited 63 ms before Slurm saw the job complete, after NVML listed it at the job's last
+    # sample (t 1795806715.193) and before the sweep read /proc/1637: the old code took "no /proc/1637/stat"
+    # for "no job" and counted the GEMM job's own process as foreign (job None)
+    gpus = {0: (1987000, 1637), 1: (1987001, 1658), 2: (1987002, 1638), 3: (1987004, 1639)}
+    for job, pid in gpus.values():
+        _fake_proc(tmp_path, pid, 1631, f"SLURM_JOB_ID={job}\0".encode(), f"0::/job_{job}/step_batch\n")
+    _fake_proc(tmp_path, 900, 1, b"HOME=/\0", "0::/user.slice/sess-9\n")      # a process of no job
+    attr = Attributor(proc_root=str(tmp_path / "proc"), cgroup_root=str(tmp_path / "cg"))
+    running = {job: type("RJ", (), {"agg": _Agg(g)})() for g, (job, _) in gpus.items()}
+    store, stats = _Events(), {"mismatches": 0}
+    m = Mismatches(attr, running, store, stats)
+    gpu_jobs = {g: [job] for g, (job, _) in gpus.items()}
+
+    listed = {g: [pid] for g, (_, pid) in gpus.items()}        # what NVML lists on each GPU
+
+    def sweep(t: float, extra: dict[int, list[int]] | None = None) -> None:
+        samples = [GpuSample(gpu=g, t=t, processes=[{"pid": x} for x in pids + (extra or {}).get(g, [])])
+                   for g, pids in listed.items()]
+        m.check(t, samples, gpu_jobs, m.attribute(samples))
+
+    t0 = 1795806714.693
+    sweep(t0)
+    assert stats["mismatches"] == 0 and not store.events
+    # NVML's sample (the job's last) still lists pid 1637; procfs no longer has it when the sweep reads it
+    shutil.rmtree(tmp_path / "proc" / "1637")
+    sweep(t0 + 0.5)
+    assert stats["mismatches"] == 0 and not store.events and not running[1987000].agg.gpus[0].foreign
+    listed[0] = []                                               # NVML's next sample: the process has gone
+    # a truly foreign process is still one, at first sight
+    sweep(t0 + 1.0, {2: [900]})
+    assert stats["mismatches"] == 1 and running[1987002].agg.gpus[2].foreign == {900: (None, t0 + 1.0)}
+    assert store.events[-1][1:] == (1987002, "mismatch", {"gpu": 2, "pid": 900, "process_job": None, "registered": [1987002]})
+    # a pid NVML keeps listing that procfs never shows (another pid namespace) is reported after the grace
+    for k in range(12):
+        sweep(t0 + 1.5 + 0.5 * k, {3: [950]})
+    assert stats["mismatches"] == 2 and running[1987004].agg.gpus[3].foreign == {950: (None, t0 + 6.5)}

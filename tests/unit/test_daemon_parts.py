@@ -327,6 +327,9 @@ class _Attr:
     def frameworks_of(self, pid: int) -> list[str] | None:
         return None         # maps not read: the advice stays framework-neutral
 
+    def present(self, pid: int) -> bool:
+        return True
+
 
 class _Pub:
     def __init__(self) -> None:
