@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # Build gpuperf's venv for a package: DESTDIR/opt/gpuperf/venv, ready to run at /opt/gpuperf/venv.
 #   bash packaging/build-venv.sh DESTDIR [WHEEL_DIR]
-# Used by packaging/debian/rules and packaging/gpuperf.spec. Needs python3.11, its venv and pip
+#   bash packaging/build-venv.sh --python   # prints the interpreter it builds with
+# Used by packaging/debian/rules and packaging/gpuperf.spec. Needs Python 3.11+ (python3.11 where there is
+# one: Debian 12, Rocky 9; else the system's python3, e.g. Debian 13's 3.13), its venv and pip
 # (Debian: python3-venv python3-pip python3-setuptools python3-wheel) and PyPI for the pinned wheels
 # of requirements.lock. The venv is built in place under DESTDIR, then every absolute build path in
 # it (script shebangs, activate, pyvenv.cfg) is rewritten to /opt/gpuperf/venv; the build fails if
 # one remains. No .pyc is shipped: the package's postinst compiles them (hooks start ~10 ms faster).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -z "${GPUPERF_PYTHON:-}" ]; then
+  GPUPERF_PYTHON=/usr/bin/python3.11
+  [ -x "$GPUPERF_PYTHON" ] || GPUPERF_PYTHON=$(readlink -f /usr/bin/python3)
+fi
+if [ "${1:-}" = --python ]; then echo "$GPUPERF_PYTHON"; exit 0; fi
 dest=${1:?DESTDIR}
 dest=$(cd "$dest" 2>/dev/null && pwd || { mkdir -p "$dest" && cd "$dest" && pwd; })
 final=/opt/gpuperf/venv
 venv=$dest$final
-py=${GPUPERF_PYTHON:-/usr/bin/python3.11}
+py=$GPUPERF_PYTHON
 wheels=${2:-$here/build/wheels}
 
 rm -rf "$venv"
