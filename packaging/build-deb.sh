@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
 done
 . "$here/packaging/apt-need.sh"
 # python3.11 on Debian 12; Debian 13 has python3.13 as python3 (build-venv.sh builds with what is there)
-apt_need dpkg-dev debhelper fakeroot lintian python3 python3-venv python3-pip python3-setuptools python3-wheel \
+apt_need build-essential dpkg-dev debhelper fakeroot lintian python3 python3-venv python3-pip python3-setuptools python3-wheel \
   gcc libc6-dev libslurm-dev
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
