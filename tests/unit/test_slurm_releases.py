@@ -79,3 +79,16 @@ def test_doctor_reads_the_hooks_of_each_releases_config(release):
     for key in ("Prolog", "Epilog", "TaskProlog", "EpilogSlurmctld"):
         assert doctor.setting(sc, key).endswith("/hooks/" + {"EpilogSlurmctld": "epilog-slurmctld"}.get(key, key.lower()))
     assert doctor.setting(sc, "PrologFlags") == "Alloc,Contain"
+
+
+@pytest.mark.parametrize("answer", [
+    "sacctmgr: error: Nothing modified",                                                         # 22.05
+    " Nothing modified\nsacctmgr: error: Request didn't affect anything or your user doesn't have privilege",  # 24.11
+    " Modified jobs...\n Error with request: Data has not changed since time specified",           # 26.05
+])
+def test_doctor_takes_each_releases_answer_to_its_test_write(answer):
+    from gpuperf.commands import doctor_checks
+
+    (got,) = doctor_checks.check_sacctmgr({"controller": True, "slurm": {"AccountingStorageType": "accounting_storage/slurmdbd"},
+                                           "sacctmgr": (1, answer)})
+    assert got.status == "ok", got
