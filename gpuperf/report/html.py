@@ -17,7 +17,7 @@ import plotly.offline
 
 from gpuperf.model import gpuspecs
 from gpuperf.diagnosis import roofline
-from gpuperf.report import fleetsection, terminal, units
+from gpuperf.report import fleetsection, rates, terminal, units
 
 # chart id, title, unit, the series fields summed into the line, scale to the unit
 CHARTS: tuple[tuple[str, str, str, tuple[str, ...], float], ...] = (
@@ -220,9 +220,8 @@ def _summary_html(s: dict) -> str:
         parts.append(f"<p class='note' id='profiler'>{_e(terminal.profiler_line(job))}</p>")
     e = s.get("estimates") or {}
     if e.get("model"):
-        parts.append(f"<p class='est'>{_e(e['model'])}: about {_n(e.get('tflops_est_per_gpu'))} TFLOP/s per GPU of "
-                     f"{_n(e['peak_tensor_tflops'])} dense; DRAM {_n(e.get('dram_gbps'))} of {_n(e['peak_mem_bw_gbps'])} GB/s. "
-                     f"{_e(e['label'])}. Peaks: {_e(e['source'])}.</p>")
+        parts.append(f"<p class='est'>{_e(e['model'])}: " + "<br>".join(_e(x) for x in rates.lines(s))
+                     + f"<br>{_e(rates.METHOD)}. Peaks: {_e(e['source'])}.</p>")
     return "\n".join(parts)
 
 

@@ -7,6 +7,7 @@ mail): one line per task, the most wasteful first, at most ``MAX_TASKS``.
 
 from __future__ import annotations
 
+from gpuperf.report import rates
 from gpuperf.report.units import duration, energy, gpu_time, pct
 
 MAX_TASKS = 10
@@ -38,21 +39,11 @@ def phases_line(s: dict) -> str | None:
         f"{pct(ph.get('share_pct'))}" for ph in got)
 
 
-def rates_line(s: dict) -> str | None:
-    """'Estimated rate: 410 TFLOP/s per GPU, DRAM 900 GB/s (H100 80GB HBM3)' from the stored estimates; None without."""
-    e = s.get("estimates") or {}
-    tf, bw = e.get("tflops_est_per_gpu"), e.get("dram_gbps")
-    if not e.get("model") or (tf is None and bw is None):
-        return None
-    return (f"Estimated rate: {'n/a' if tf is None else f'{tf:.0f}'} TFLOP/s per GPU, DRAM "
-            f"{'n/a' if bw is None else f'{bw:.0f}'} GB/s ({e['model']})")
-
-
 def job_lines(name: str, s: dict) -> list[str]:
     """The headline, the phases and the estimated rate (as every report shows them), the top recommendation,
     and where the full report is."""
     recs = (s.get("diagnosis") or {}).get("recommendations") or []
-    out = [headline(name, s)] + [x for x in (phases_line(s), rates_line(s)) if x]
+    out = [headline(name, s)] + [x for x in (phases_line(s),) if x] + rates.lines(s)
     if recs:
         out.append(f"Top recommendation: {recs[0]}")
     out.append(f"Full report: gpuperf report {name}")

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuperf.files.safeio import printable_json
-from gpuperf.report import units
+from gpuperf.report import rates, units
 
 BAR_WIDTH = 10
 
@@ -175,13 +175,10 @@ def _totals(s: dict) -> Table:
                                   f"RSS peak {rss}, I/O wait {_pct(h.get('iowait_pct'))}")
     e = s.get("estimates") or {}
     if e.get("model"):
-        tf, bw = e.get("tflops_est_per_gpu"), e.get("dram_gbps")
-        line = (f"{e['model']}: ≈ {'n/a' if tf is None else f'{tf:.0f}'} TFLOP/s per GPU of "
-                f"{e['peak_tensor_tflops']:.0f} dense peak, DRAM ≈ {'n/a' if bw is None else f'{bw:.0f}'} "
-                f"of {e['peak_mem_bw_gbps']:.0f} GB/s")
+        line = "\n".join(rates.lines(s))
         if e.get("intensity_flop_per_byte") is not None:
-            line += f"; {e['intensity_flop_per_byte']:.0f} FLOP/B, {e['roofline_side']}-side of the roofline (ridge {e['ridge_flop_per_byte']:.0f})"
-        _row(t, "Estimates", Text(line + "\n(" + e["label"] + ")", style="italic"))
+            line += f"\n{e['intensity_flop_per_byte']:.0f} FLOP/B, {e['roofline_side']}-side of the roofline (ridge {e['ridge_flop_per_byte']:.0f})"
+        _row(t, "Estimates", Text(f"{e['model']}: " + line + "\n(" + rates.METHOD + ")", style="italic"))
     elif e:
         _row(t, "Estimates", Text(e.get("note") or "n/a", style="italic"))
     return t
