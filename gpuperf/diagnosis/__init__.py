@@ -153,11 +153,29 @@ def _from_phases(d: Diagnosis, cls: str) -> str:
 
 # a job that held more GPU memory than a CUDA context's own (~0.5 GiB on H100) put data or a model there
 STARTUP_MEM_MIB = 1024.0
+# a start-up (imports, model build, compilation, data loading) keeps at least its main thread on the CPU or
+# waiting on its disk through it: its busiest host's CPU and block-I/O seconds cover half the wall at least;
+# a job that imported, put 2 GiB on its GPU and slept read 0.27 (4x H100, idle.py --seconds 10, -c2)
+STARTUP_HOST_BUSY = 0.5
+
+
+def _host_busy(summary: dict) -> float | None:
+    """The busiest host's (CPU + block-I/O wait) seconds per wall second over the job (None: not measured)."""
+    busy = []
+    for h in (summary.get("hosts") or {}).values():
+        cpu_s = num(h.get("cpu_time_s")) if isinstance(h, dict) else None
+        wall = num(h.get("wall_s")) or num(summary.get("wall_s"))
+        if cpu_s is None or not wall:
+            continue
+        io = num(h.get("iowait_pct")) or 0.0     # share of (CPU + I/O wait) time spent waiting
+        busy.append((cpu_s / (1.0 - io / 100.0) if io < 100.0 else wall) / wall)
+    return max(busy) if busy else None
 
 
 def _never_worked(d: Diagnosis, s: Signals, summary: dict, th: dict[str, float]) -> None:
     """A job that never reached its GPU work is in start-up for all of it (imports, model build, compilation, data
-    loading), not idle: no GPU work, its host CPUs busy, GPU memory held past a context's. In place."""
+    loading), not idle: no GPU work, its host busy through the job (not only its imports), GPU memory held
+    past a context's. In place."""
     busy = s.sm if s.sm is not None else s.util
     mem = num((summary.get("job") or {}).get("mem_peak_mib"))
     # kernels in most samples, however small, are work the job reached (input-bound, or a profiler replaying them)
@@ -166,13 +184,17 @@ def _never_worked(d: Diagnosis, s: Signals, summary: dict, th: dict[str, float])
         return
     if s.cpu_eff is None or s.cpu_eff < th["input_host_cpu_pct"] or mem is None or mem < STARTUP_MEM_MIB:
         return
+    host = _host_busy(summary)
+    if host is None or host < STARTUP_HOST_BUSY:
+        return          # busy for its imports, then waiting with its GPU memory held: an idle GPU
     wall = num(summary.get("wall_s"))
     if wall is None or wall > th["startup_max_s"]:
         return
     d.cls, d.phases = "startup", []
     d.evidence.insert(0, f"start-up for all {wall:.0f} s")
     d.evidence.insert(1, f"no GPU work (SM active {pct(s.sm)}, utilization {pct(s.util)}) while the host's CPUs were "
-                         f"{pct(s.cpu_eff)} busy and {mem / 1024:.1f} GiB of GPU memory were held: the job was still "
+                         f"{pct(s.cpu_eff)} busy ({host:.1f} CPU-seconds a second through the job, disk waits included) and {mem / 1024:.1f} GiB "
+                         "of GPU memory were held: the job was still "
                          "starting (imports, model build, JIT compilation, data loading, NCCL init) when it ended")
 
 

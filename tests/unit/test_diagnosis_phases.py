@@ -4,7 +4,9 @@ is one phase, each through the series the daemon hands the diagnosis (phases.SER
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ TRAIN = dict(util_gpu_pct=100.0, sm_active_pct=96.0, tensor_active_pct=88.0, ten
 EVAL = dict(util_gpu_pct=100.0, sm_active_pct=95.0, tensor_active_pct=8.0, tensor_hmma_pct=8.0,
             dram_active_pct=78.0, fp32_active_pct=12.0, int_active_pct=20.0, sm_clock_mhz=1755.0)
 T0 = 1763700000.0
+DATA = Path(__file__).resolve().parents[1] / "data" / "jobs"
 
 
 def daemon_series(parts: list[tuple[float, dict]], step_s: float, gpus: int = 1) -> dict:
@@ -122,6 +125,27 @@ def test_a_job_that_never_reached_its_gpu_work_is_in_startup_for_all_of_it():
     # ABSENT: the same GPU with its host doing nothing is idle, and so is a job too long to be starting
     assert job([(30.0, IDLE)], step_s=1.0, cpu_time_s=0.1)[0]["class"] == "idle"
     assert job([(3600.0, IDLE)], step_s=1.0, cpu_time_s=3600.0 * 4, cpus_allocated=8)[0]["class"] != "startup"
+
+
+def _recorded(name: str, **host) -> dict:
+    """The diagnosis of a job recorded on real hardware, made again from its aggregates and phase series."""
+    d = DATA / name
+    aggs = json.loads((d / "aggregates.json").read_text())
+    aggs["host"].update(host)
+    node = json.loads((d / "node_summary.json").read_text())
+    ctx = context(job_id=node["job_id"], node=node["nodes"][0], series=node[summary.PHASE_SERIES])
+    return summary.node_summary(aggs, ctx)["diagnosis"]
+
+
+def test_a_job_busy_only_for_its_imports_then_sleeping_with_its_memory_is_idle_not_startup():
+    # 4x H100 GPU suite at 52a714e: idle.py (-c2) imported torch (4.0 CPU s), put 2 GiB on its GPU, filled it
+    # and slept 10 s of its 14.7 s: 13.5% of its CPUs over the job (over the 5% bar), 0.27 CPU-seconds a second
+    # (the never-worked rule classed it startup; its GPU sat idle)
+    d = _recorded("h100x4_52a714e_idle")
+    assert d["class"] in ("idle", "unused_gpus") and not d["evidence"][0].startswith("start-up"), d["evidence"]
+    # the same job with its host kept busy through it (compiling to the end) was still starting
+    d = _recorded("h100x4_52a714e_idle", cpu_time_s=14.7 * 1.2)
+    assert d["class"] == "startup" and d["evidence"][0] == "start-up for all 15 s"
 
 
 def test_the_phases_cost_is_bounded_by_the_points_not_the_job():
