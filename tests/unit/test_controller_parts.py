@@ -339,7 +339,7 @@ def test_a_large_job_merges_on_its_own_thread_while_the_others_go_on(tmp_path, m
     svc.tick()
     assert svc._large.todo.qsize() == 0 and svc._large.running == {8}   # submitted once, not again each tick
     gate.set()
-    end = time.time() + 10
+    end = time.time() + 60
     while svc.queue.state(8)[0] == "merge" and time.time() < end:
         time.sleep(0.05)
         svc.tick()
