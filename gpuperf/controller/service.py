@@ -120,7 +120,8 @@ class Service:
                 break
             seen.add(s["job_id"])
             got.append(s)
-            self._parsed[(s["job_id"], s["nodes"][0])] = {k: v for k, v in s.items() if k != "series"}
+            if not s.get("_light"):     # a light one (the collector's queue was long): its merge reads the store
+                self._parsed[(s["job_id"], s["nodes"][0])] = {k: v for k, v in s.items() if k != "series"}
         while len(self._parsed) > PARSED_KEEP:
             # bounded: the oldest go (a job whose nodes never all report); the store still has them
             del self._parsed[next(iter(self._parsed))]
