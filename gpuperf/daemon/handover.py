@@ -1,10 +1,11 @@
 """A finalised job handed to the delivery thread with its series, however it was finalised (its epilog, a
 pending marker, a reboot): the coarse series the diagnosis reads its phases from, and the bounded one the
-controller charts from, both read from the store here, in the loop's thread (the store is not shared); and
-back from it, the node summary it wrote, kept in the store (``keep_delivered``)."""
+controller charts from, both read from the store here (under the daemon's state lock, whichever thread asks);
+and back from it, the node summary it wrote, kept in the store (``keep_delivered``)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,9 +19,12 @@ class Handover:
     """Series of a finalised job from ``store`` and the job handed to ``put`` (``series_points``: the
     controller's bound, ``controller.series_points``; 0 sends none)."""
 
-    def __init__(self, store: Any, put: Put, series_points: int, log: Any, delivered: Any = None):
+    def __init__(self, store: Any, put: Put, series_points: int, log: Any, delivered: Any = None, lock: Any = None):
         self.store, self.put, self.series_points, self.log = store, put, series_points, log
         self.delivered = delivered   # the delivery thread's (job id, node summary) queue (``Deliveries.kept``)
+        # the daemon's state lock: the store's one connection is shared with the root channels' thread, whose
+        # open transaction a commit or rollback here would otherwise end (``Daemon.state_lock``)
+        self.lock = lock if lock is not None else threading.RLock()
 
     def keep_delivered(self) -> int:
         """The node summaries the delivery thread wrote since, kept in the store (its ``job`` op serves them for as
@@ -28,12 +32,13 @@ class Handover:
         n = 0
         while self.delivered is not None and not self.delivered.empty():
             job_id, summary = self.delivered.get_nowait()
-            try:
-                self.store.in_transaction(self.store.put_summary, int(job_id), summary)
-                n += 1
-            except Exception as e:  # noqa: BLE001 - the job's dir keeps it; the daemon goes on
-                self.store.rollback_quietly()
-                self.log.warning("job %s: node summary not kept in the store: %s", job_id, e)
+            with self.lock:
+                try:
+                    self.store.in_transaction(self.store.put_summary, int(job_id), summary)
+                    n += 1
+                except Exception as e:  # noqa: BLE001 - the job's dir keeps it; the daemon goes on
+                    self.store.rollback_quietly()
+                    self.log.warning("job %s: node summary not kept in the store: %s", job_id, e)
         return n
 
     def deliver_finalised(self, aggs: dict[str, Any], context: dict[str, Any]) -> Path | None:

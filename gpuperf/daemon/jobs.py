@@ -30,7 +30,8 @@ class RunningJob:
 
 
 class Registry:
-    """The jobs registered and not finalised, by id (one thread reads and writes it: no locks)."""
+    """The jobs registered and not finalised, by id (changed under the daemon's state lock only: the loop and the
+    root channels' thread share it)."""
 
     def __init__(self) -> None:
         self.running: dict[int, RunningJob] = {}

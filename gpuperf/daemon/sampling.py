@@ -82,20 +82,28 @@ class Sweeper:
             with self.lock:
                 self.stats["sweeps"] += 1
                 self.view.note_sweep(t, samples)
-                self.fold(t, samples, attributed)
+                self._undone_on_error(self.fold, t, samples, attributed)
             self.chores(t)
             got = xids.poll(self.xid_source, self.log)
             if got:  # a transaction only when NVML reported something
                 with self.lock:
-                    self.store.in_transaction(xids.record, got, t, self.registry.running, self.store, self.log)
+                    self._undone_on_error(self.store.in_transaction, xids.record, got, t, self.registry.running,
+                                          self.store, self.log)
         except Exception as e:  # noqa: BLE001 - disk full, a locked store: this sweep is lost, not the daemon
             self._count_error(f"sweep at {t:.0f} not kept", e)
-            with self.lock:
-                self.store.rollback_quietly()
         with self.lock:
             if self.pub is not None and self.pub.wanted():
                 self.pub.publish(sweep_message(t, samples, self.registry.gpu_jobs()))
             self.view.publish()
+
+    def _undone_on_error(self, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(*args)``, its open transaction rolled back if it raises, while the caller still holds the lock: once
+        the lock is let go, the hooks thread's next commit (a registration) would keep the half-done sweep."""
+        try:
+            fn(*args)
+        except Exception:
+            self.store.rollback_quietly()
+            raise
 
     def _count_error(self, what: str, e: Exception) -> None:
         self.stats["errors"] += 1

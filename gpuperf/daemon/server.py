@@ -1,4 +1,4 @@
-"""The node daemon: one thread samples and serves; helper threads run health checks, deliveries and /metrics.
+"""The node daemon: the loop samples and serves users, a thread answers hooks; helpers check health, deliver, metrics.
 
 Channels (the caller's uid from ``SO_PEERCRED``: on the pyzmq control socket through libzmq's
 ``Peer-Address`` property, ``host:uid:gid:pid``):
@@ -216,7 +216,8 @@ class Daemon:
         cfg, lg = self.cfg, self.log
         store.in_transaction(store.add_event, self.clock(), None, "start",
                              {"pid": os.getpid(), "backend": getattr(self.sampler, "name", "?")})
-        handover = Handover(store, self.deliveries.put, cfg.controller.series_points, lg, self.deliveries.kept)
+        handover = Handover(store, self.deliveries.put, cfg.controller.series_points, lg, self.deliveries.kept,
+                            self.state_lock)
         energy = functools.partial(read_energy, self.sampler, lg)
         jobs = Jobs(store, self.registry, self.facts, clock=self._now, read_energy=energy,
                     error_counters=self.errors.get, hand_over=handover.deliver_finalised,
@@ -254,10 +255,15 @@ class Daemon:
         return Opened(store, jobs, handover, chores, sweeper, ops, channels)
 
     def _locked(self, fn: Callable[[float], None]) -> Callable[[float], None]:
-        """``fn`` run under the daemon's state lock."""
+        """``fn`` run under the daemon's state lock; a transaction it leaves open on an error is rolled back
+        before the lock is let go (else the hooks thread's next commit would keep the half of it)."""
         def run(t: float) -> None:
             with self.state_lock:
-                fn(t)
+                try:
+                    fn(t)
+                except Exception:
+                    self._parts().store.rollback_quietly()
+                    raise
         return run
 
     def stop(self) -> None:
@@ -266,10 +272,12 @@ class Daemon:
 
     def close(self) -> None:
         """Checkpoint every running job and release sockets and store."""
-        o, self.opened = self.opened, None
+        with self.state_lock:   # a hook still being answered (its thread outlived the loop's join) ends first
+            o, self.opened = self.opened, None
+            if o is not None:
+                o.jobs.checkpoint()
+                o.store.close()
         if o is not None:
-            o.jobs.checkpoint()
-            o.store.close()
             o.channels.close()
         self.deliveries.close()
         if self.xid_source is not None and hasattr(self.xid_source, "close"):

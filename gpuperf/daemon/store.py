@@ -124,7 +124,8 @@ def _mean_blob(blobs: list[bytes]) -> bytes:
 
 
 class Store:
-    """One SQLite store (one connection, used by the daemon's main thread only)."""
+    """One SQLite store: one connection, shared by the daemon's loop and root channels' threads under its state lock
+    (``begin``/``commit`` are the connection's, not a thread's: used outside the lock they end the other's)."""
 
     def __init__(self, path: str | Path, full_res_s: float = 3600.0, retention_days: float = 90.0):
         self.path = Path(statefiles.private_db(path))
