@@ -249,3 +249,44 @@ def test_the_admincomments_reduced_form_keeps_the_class_the_phases_and_the_rates
         [{k: p[k] for k in keep} for p in one["diagnosis"]["phases"]]
     for k in ("tflops_est_per_gpu", "dram_gbps", "tflops_est_job"):
         assert got["estimates"][k] == one["estimates"][k]
+
+
+def _synthetic(kind: str) -> tuple[dict, int]:
+    """(node summary as sent, phases the diagnosis must find) of issue 35's two synthetic jobs: 12 hours with a
+    40-minute evaluation every 2 hours (the store's 1-minute means), and 3 minutes after a 30 s start-up (1 s)."""
+    from gpuperf.diagnosis import jobsummary
+    from report_fixtures import aggregates, context
+    from test_diagnosis_phases import IDLE, TRAIN, _means, daemon_series, twelve_hours
+
+    parts, step, want = (twelve_hours(), 60.0, 13) if kind == "12h" else ([(30.0, IDLE), (150.0, TRAIN)], 1.0, 2)
+    seconds = sum(s for s, _ in parts)
+    a = aggregates(job_id=7, ngpus=8, seconds=seconds, nvlink_tx_bps=0.0, nvlink_rx_bps=0.0, **_means(parts))
+    for g in a["gpus"].values():
+        g["idle_s"] = sum(s for s, v in parts if not v.get("util_gpu_pct"))
+    sent = jobsummary.node_summary(a, context(job_id=7, user="owner", uid=OWNER, series=daemon_series(parts, step, 8)))
+    return sent, want
+
+
+@pytest.mark.parametrize("kind", ["12h", "3min"])
+def test_the_synthetic_long_and_short_jobs_show_their_phases_in_every_reader(kind, tmp_path, monkeypatch, capsys):
+    """Issue 35's bar: a 12-hour job with a 40-minute evaluation every 2 hours and a 3-minute job with a 30 s
+    start-up show their phases in the AdminComment, the owner's and the admin's report (JSON, HTML) and the mail."""
+    cfg = _cfg(tmp_path, "n1")
+    sent, want = _synthetic(kind)
+    assert len(sent["diagnosis"]["phases"]) == want
+    store = Store(tmp_path / "n1.sqlite")
+    store.in_transaction(store.put_job, {"job_id": 7, "uid": OWNER, "user": "owner", "gpus": list(range(8)),
+                                         "node": "n1", "start": sent["start"]}, sent["start"])
+    store.in_transaction(store.finish_job, 7, sent["end"], False, sent["end"])
+    store.in_transaction(store.put_summary, 7, sent)
+    ac = _controller(cfg, 7, [sent])
+    assert len(ac) <= 4096 and f"phases={sent['diagnosis']['phases'][0]['class']}:" in ac
+    _daemon(monkeypatch, store, cfg)
+    got = _readers(monkeypatch, capsys, tmp_path, cfg, 7, ac)
+    got["owner --json (node daemon)"] = _report(monkeypatch, capsys, _write_cfg(tmp_path, cfg), 7, source="daemon", owner=True)
+    for reader, s in got.items():
+        assert story(s) == story(sent), f"{reader} differs from the node's judgement"
+        assert len(s["diagnosis"]["phases"]) == want, reader
+    text = _mail(monkeypatch, cfg, 7)
+    _mail_says(sent, text)
+    assert text.count("%") >= want, text
