@@ -24,6 +24,9 @@ from gpuperf.access.slurm import Slurm, SlurmError
 from gpuperf.model import acshare, admincomment, jobref
 
 NOT_IN_DB = "sacct does not show it yet (job not in the database)"
+# slurmdbd records a job's end and its final AdminComment in one message from slurmctld, which lags the job's end by
+# a second or two: text another tool set while the job ran (scontrol) is in the database only from then on
+NOT_ENDED = "sacct does not show the job's end yet (its final AdminComment is not in the database)"
 NO_ROOM = "another tool's AdminComment leaves no room for gpuperf's headline (theirs is kept)"
 RECHECK = "written; read again until other tools' end-of-job writes are due (they may erase it)"
 
@@ -99,6 +102,9 @@ class SacctWriter:
         todo: list[tuple[int, str]] = []
         for j, mine in items:
             if j not in rows:
+                continue
+            if ended_s(rows[j]["End"]) is None:
+                res[j] = NOT_ENDED      # what the field holds is not final: reading it now could erase theirs
                 continue
             text = acshare.join(rows[j]["AdminComment"], mine)
             if text is None:

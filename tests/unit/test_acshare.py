@@ -147,9 +147,10 @@ def test_the_writer_keeps_a_js1_written_before_and_puts_its_part_back_after_one_
     assert w.write([(8, text)]) == {8: None} and db.writes == writes  # in place already: nothing written
 
 
-def test_a_job_ended_within_the_recheck_time_is_not_final_until_it_passed(mine):
+def test_a_job_ended_within_the_recheck_time_is_not_final_until_it_passed(mine, monkeypatch):
     _, text = mine
-    db = _Db({5: ""}, end="Unknown")
+    db = _Db({5: ""}, end="2026-11-27T18:00:00")
+    monkeypatch.setattr(accounting.time, "time", lambda: accounting.ended_s("2026-11-27T18:00:30"))
     assert _writer(db, recheck_s=60.0).write([(5, text)]) == {5: accounting.RECHECK}
     assert _writer(db, recheck_s=0.0).write([(5, text)]) == {5: None}
     assert accounting.settled({1: None, 2: "down"}, {1: "2026-11-27T18:00:00", 2: "Unknown"},
@@ -161,3 +162,16 @@ def test_no_room_beside_theirs_writes_nothing(mine):
     _, text = mine
     db = _Db({3: "x" * (acshare.LIMIT - 20)})
     assert _writer(db).write([(3, text)]) == {3: accounting.NO_ROOM} and db.writes == 0
+
+
+def test_nothing_is_written_before_the_database_holds_the_jobs_end(mine):
+    """slurmdbd gets a job's end and the AdminComment another tool set while it ran (scontrol) in one record, a
+    second or two after the job ended: a write before it read an empty field and erased the other tool's text
+    (the coexist test on the cluster, CI at e27611f). Until sacct shows the end, nothing is written."""
+    s, text = mine
+    db = _Db({6: ""}, end="Unknown")
+    w = _writer(db)
+    assert w.write([(6, text)]) == {6: accounting.NOT_ENDED} and db.writes == 0
+    db.fields[6], db.end = PADDED, "2026-11-27T18:00:00"     # the job's end record arrives with theirs
+    assert w.write([(6, text)]) == {6: None}
+    assert acshare.same(acshare.split(db.fields[6]).theirs, PADDED) and admincomment.decode(db.fields[6]) == s

@@ -51,6 +51,9 @@ ALLOWED = {
     "self.open()": "the daemon opening its own store and sockets",
     'with open(os.path.join(self.proc_root, str(pid), "environ"), "rb", buffering=0) as f:':
         "/proc/PID/environ: read in bounded chunks by attribution._environ_entries",
+    'with open(os.path.join(proc_root, str(pid), "maps"), "rb", buffering=0) as f:':
+        "/proc/PID/maps: written by the kernel, read in bounded chunks (max_bytes) off the loop thread within "
+        "the Deadline by procread.read_maps",
     'with open(os.path.join(attr.proc_root, key.split(":", 1)[0], "cgroup")) as f:': "/proc/PID/cgroup (kernel)",
     'f = open(d / "daemon.lock", "a+")': "daemon state dir (root's)",
     'with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as f:':
