@@ -14,7 +14,8 @@ Three kinds of thread, none waiting on another:
   end, then marked ``unavailable``.
 
 Everything the scheduler decides is in the store before it acts, so a kill -9 loses nothing: on
-restart the queue, the notices still in the spool and the nodes' own retries carry on.
+restart the queue, the notices still in the spool and the nodes' own retries carry on. Over 400 lines: the
+scheduler's loop and the wiring of its three kinds of thread, start and stop, read as one.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ MERGE_CHUNK, CHUNK_S = 50, 0.5   # merges (or seconds of them) between commits: 
 PARSED_KEEP = 2000      # node summaries kept parsed from the collector until their job merges
 GPU_CHECK_EVERY_S, STATUS_EVERY_S, ORPHAN_SCAN_S = 10.0, 60.0, 1.0
 JOBDIRS_EVERY_S = 60.0   # run_dir records of jobs long over: looked for this often, at most JOBDIRS_MAX removed
-JOBDIRS_MAX = 5000
+JOBDIRS_MAX, WRITERS_JOIN_S = 5000, 20.0   # ...; how long a stopping service waits for its writers' Slurm calls
 GC_THRESHOLD = 50_000  # net allocations between cyclic collections (default 700)
 
 
@@ -321,9 +322,9 @@ class Service:
                 ready.set()
                 stop.set()  # a service deaf to every node must end (and be restarted), not tick on
 
-        threads = [threading.Thread(target=_collect, name="collector", daemon=True)]
-        threads += [threading.Thread(target=self._writer_loop, name=f"writer-{i}", daemon=True)
-                    for i in range(self.cfg.controller.writers)]
+        writers = [threading.Thread(target=self._writer_loop, name=f"writer-{i}", daemon=True)
+                   for i in range(self.cfg.controller.writers)]
+        threads = [threading.Thread(target=_collect, name="collector", daemon=True), *writers]
         for t in threads:
             t.start()
         ready.wait(10)
@@ -355,8 +356,11 @@ class Service:
                 raise ServiceError(f"controller service: the collector stopped ({type(failed[0]).__name__}: "
                                    f"{failed[0]}); nothing spooled is lost")
         finally:
-            for _ in range(self.cfg.controller.writers):
+            for _ in writers:
                 self.work.put(None)
+            until = time.monotonic() + WRITERS_JOIN_S   # a writer inside sacct/sacctmgr: no child outlives the service
+            for w in writers:
+                w.join(max(0.0, until - time.monotonic()))
             self._large.close()
             self.store.close()
             if self._fleet is not None:

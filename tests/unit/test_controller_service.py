@@ -316,3 +316,30 @@ def test_a_zero_gpu_summary_from_an_older_node_is_skipped_not_written(running):
     _wait_state(r.cfg, [21], ("skipped",))
     _wait_state(r.cfg, [22])
     assert list(r.writer.written) == [22] and _job(r.cfg, 21) is None
+
+
+class _SlowWriter(accounting.StubWriter):
+    """A writer whose batch is inside its Slurm call when the service is told to stop."""
+
+    def __init__(self):
+        super().__init__(0.0)
+        self.entered, self.done = threading.Event(), threading.Event()
+
+    def write(self, items):
+        self.entered.set()
+        time.sleep(1.5)
+        self.done.set()
+        return super().write(items)
+
+
+def test_a_stopping_service_waits_for_a_writer_inside_its_slurm_call(running):
+    """A writer in sacct or sacctmgr when the service stops is waited for: a service that returned under it left
+    that child running in its unit after the service had gone (the unit-limit test's teardown found one)."""
+    w = _SlowWriter()
+    r = running(writer=w)
+    notify(r.config_path, 12, "n1")
+    assert transport.send_node_summary(r.cfg, _summary(12, "n1"))["ok"]
+    assert w.entered.wait(30), "the job never reached its writer"
+    r.stop.set()
+    r.t.join(10)
+    assert not r.t.is_alive() and w.done.is_set(), "the service returned while its writer was still in its call"
