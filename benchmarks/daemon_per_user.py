@@ -39,7 +39,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -52,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 from cluster.host import TEST_USER, ensure_user  # noqa: E402
-from cluster.unitlimits import Cgroup, unit_memory_max, unit_setting  # noqa: E402
+from cluster.unitlimits import Cgroup, stop as stop_process, unit_memory_max, unit_setting  # noqa: E402
 
 RECORDING = ROOT / "tests" / "data" / "recordings" / "matmul_bf16-h100-80gb-hbm3.jsonl.gz"
 UNIT = "gpuperf-daemon.service"
@@ -285,13 +284,7 @@ admin_comment = false
         return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        stop_process(self.p)
         self.mem.remove()
         self.cpu.remove()
         shutil.rmtree(self.base, ignore_errors=True)
