@@ -15,7 +15,6 @@ lines printed are the per-reader table. Nothing here is judged against a bar: th
 from __future__ import annotations
 
 import argparse
-import ast
 import html as html_mod
 import json
 import os
@@ -25,24 +24,17 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "gpu"), str(REPO / "tests" / "unit"), str(REPO)]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "gpu"), str(REPO / "tests" / "unit"), str(REPO / "benchmarks"),
+                str(REPO)]
 
 from gpunode import bring_up, tear_down, torch_python, wait_admincomment  # noqa: E402
 from report_fixtures import story  # noqa: E402
+from zoo_matrix import labels  # noqa: E402
 
 from gpuperf.model import admincomment  # noqa: E402
 
 WORKLOADS = REPO / "benchmarks" / "workloads"
 LONG = ("zoo_app_phases_", "zoo_app_train_eval_")
-
-
-def label(name: str) -> dict:
-    """The workload's LABEL, read without running it."""
-    tree = ast.parse((WORKLOADS / f"{name}.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "LABEL" for t in node.targets):
-            return ast.literal_eval(node.value)
-    return {}
 
 
 def shown(c, job: int, *args: str, user: str | None = None) -> dict | None:
@@ -79,7 +71,7 @@ def main() -> int:
         print("zoo_slurm: no Python with PyTorch and CUDA", file=sys.stderr)
         return 2
     c, saved, procs = bring_up(os.environ.get("GPUPERF_TEST_CLUSTER", "gpu"), py)
-    t0, rows = time.monotonic(), []
+    t0, rows, labelled = time.monotonic(), [], labels()
     # the test cluster's job user has no home: CuPy's and Triton's kernel caches go under it
     env = ("export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 HF_HUB_OFFLINE=1 XLA_PYTHON_CLIENT_PREALLOCATE=false\n"
            "export HOME=/tmp/zoo-home-$SLURM_JOB_ID && mkdir -p $HOME\n")
@@ -100,7 +92,7 @@ def main() -> int:
                        "owner --json": shown(c, job, user=c.user), "admin --json": shown(c, job),
                        "owner --html": shown(c, job, "--html", user=c.user)}
             base = readers["AdminComment"]
-            lab = label(n)
+            lab = labelled.get(n, {})
             rows.append({"workload": n, "job": job, "state": state, "label": lab.get("class"),
                          "headline": row.get("AdminComment", "")[:300],
                          "readers": {k: {"class": ((v or {}).get("diagnosis") or {}).get("class"),
